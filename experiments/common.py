@@ -1,0 +1,131 @@
+"""Shared plumbing for the experiment scripts: cached result rows and figures.
+
+Every experiment computes *points* (one law at one setting) through
+:func:`cached`, which stores each point's rows under
+``results/.cache/NAME/<hash of the parameters>.json``: a point already
+computed with the same parameters and seed is read back, not recomputed
+(:data:`COUNTERS` counts both cases). The tidy rows of a run go to
+``results/NAME.csv`` and ``results/NAME.jsonl`` (one row per law x P x
+statistic, with mean, ci95, trees, seed and the package version); figures to
+``figures/NAME.png`` and ``.pdf``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import brwsim
+
+COUNTERS: Counter = Counter()  # "computed" / "cached" points, for tests and logs
+
+# one colour per law label, shared by every figure (matplotlib's tab10 order)
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+BOUND_STYLES = {
+    "theorem1_leading": dict(ls=":", lw=1.2),
+    "renewal": dict(ls="--", lw=1.2),
+    "dual": dict(ls="-.", lw=1.2),
+    "splitting": dict(ls=(0, (5, 1, 1, 1)), lw=1.0),
+    "asymptotic": dict(ls=(0, (1, 1)), lw=1.5),
+}
+
+
+def out_dirs() -> tuple[Path, Path]:
+    """(results dir, figures dir); override the root with BRWSIM_OUT."""
+    root = Path(os.environ.get("BRWSIM_OUT", "."))
+    return root / "results", root / "figures"
+
+
+def parser(name: str, doc: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m experiments.{name}", description=doc)
+    p.add_argument("--quick", action="store_true", help="small run (seconds), for tests and a first look")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _digest(params: dict) -> str:
+    blob = json.dumps(params, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def cached(name: str, params: dict, compute: Callable[[], list[dict]]) -> list[dict]:
+    """Rows of one point, computed once per (name, params) and then read back."""
+    results, _ = out_dirs()
+    path = results / ".cache" / name / f"{_digest(params)}.json"
+    if path.exists():
+        COUNTERS["cached"] += 1
+        return json.loads(path.read_text())["rows"]
+    COUNTERS["computed"] += 1
+    t0 = time.perf_counter()
+    rows = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"params": params, "seconds": time.perf_counter() - t0, "rows": rows}))
+    tmp.replace(path)
+    return rows
+
+
+def row(law: str, P: int | None, statistic: str, mean: float, ci95: float, trees: int, seed: int, **extra) -> dict:
+    """One tidy result row (the format every experiment writes)."""
+    d = {"law": law, "P": P, "statistic": statistic, "mean": mean, "ci95": ci95, "trees": trees, "seed": seed}
+    d.update(extra)
+    d["version"] = brwsim.__version__
+    return d
+
+
+def write_rows(name: str, rows: list[dict]) -> Path:
+    """Write ``results/NAME.jsonl`` and ``results/NAME.csv``; return the CSV path."""
+    results, _ = out_dirs()
+    results.mkdir(parents=True, exist_ok=True)
+    with open(results / f"{name}.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    path = results / f"{name}.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def save_figure(fig, name: str) -> Path:
+    """Save ``figures/NAME.png`` (150 dpi) and ``figures/NAME.pdf``; close the figure."""
+    import matplotlib.pyplot as plt
+
+    _, figures = out_dirs()
+    figures.mkdir(parents=True, exist_ok=True)
+    png = figures / f"{name}.png"
+    fig.savefig(png, dpi=150, bbox_inches="tight")
+    fig.savefig(figures / f"{name}.pdf", bbox_inches="tight")
+    plt.close(fig)
+    return png
+
+
+def setup_matplotlib():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "figure.figsize": (6.4, 4.4),
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "legend.fontsize": 8,
+            "font.size": 10,
+        }
+    )
+    return plt
