@@ -36,8 +36,9 @@ def _fmt(x: float, width: int = 9) -> str:
     return f"{x:>{width}.4f}"
 
 
-def print_table(d: dict, out=sys.stdout) -> None:
+def print_table(d: dict, out=None) -> None:
     """A human-readable rendering of a simulate result dictionary."""
+    out = out or sys.stdout
     mu_s = f"mu = {d['mu']:.4f}" + (f" +- {1.96 * d['mu_se']:.4f}" if d.get("mu_se") else " (exact)")
     mu2_s = f"mu_2 = {d['mu2']:.4f}" + (f" +- {1.96 * d['mu2_se']:.4f}" if d.get("mu2_se") else " (exact)")
     print(f"law {d['law']}   drafter {d.get('drafter', 'oracle')}", file=out)

@@ -1,0 +1,112 @@
+"""The command line: JSON contract, readable table, one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from brwsim.cli import main
+
+BAD = [
+    (["--law", "gaussian:V=3"], "unknown family"),
+    (["--law", "dirichlet:V=10"], "missing key"),
+    (["--law", "dirichlet:V=10,alpha=0.1,beta=2"], "unknown key"),
+    (["--law", "fixed:probs=0.6/-0.1/0.5"], ">= 0"),
+    (["--law", "fixed:probs=nan/0.5/0.5"], "NaN"),
+    (["--law", "fixed:probs=0.6/0.3"], "sum to"),
+    (["--law", "fixed:probs="], "numbers separated"),
+    (["--law", "dirichlet:V=0,alpha=0.1"], "V must be >= 1"),
+    (["--law", "logitnormal:V=10,sigma=-1"], "sigma must be > 0"),
+    (["--law", "dirichlet:V=10,alpha=0.1", "--P", "0"], "P must be an integer >= 1"),
+    (["--law", "dirichlet:V=10,alpha=0.1", "--P", "a,b"], "--P must be"),
+    (["--law", "dirichlet:V=10,alpha=0.1", "--trees", "0"], "trees must be an integer >= 1"),
+    (["--law", "pool:path=/nonexistent/pool.npz"], "cannot be read"),
+    (["--law", "markov:path=/nonexistent/law.json"], "cannot be read"),
+    (["--law", "/nonexistent/law.toml"], "cannot be read"),
+    (["--law", "noseparator"], "expected family:key=value"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD)
+def test_bad_input_is_one_line_exit_2(argv, needle, capsys):
+    code = main(["simulate", *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("brwsim: error:")
+    assert needle in lines[0]
+    assert "Traceback" not in err
+
+
+def test_bad_markov_file(tmp_path, capsys):
+    path = tmp_path / "m.json"
+    path.write_text('{"states": {"a": "fixed:probs=1"}, "initial": "b", "kernel": {"a": [[1.0]]}}')
+    assert main(["simulate", "--law", str(path), "--trees", "2"]) == 2
+    assert "initial state 'b'" in capsys.readouterr().err
+    path.write_text("{not json")
+    assert main(["simulate", "--law", str(path)]) == 2
+    assert "does not parse" in capsys.readouterr().err
+    path.write_text('{"states": {"a": "fixed:probs=1"}, "initial": "a", "kernel": {"a": [[0.5]]}}')
+    assert main(["simulate", "--law", str(path)]) == 2
+    assert "sum to" in capsys.readouterr().err
+
+
+def test_bad_pool_file(tmp_path, capsys):
+    path = tmp_path / "p.npz"
+    path.write_bytes(b"not an archive")
+    assert main(["simulate", "--law", f"pool:path={path}"]) == 2
+    assert "not a readable .npz" in capsys.readouterr().err
+
+
+def test_argparse_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--law", "fixed:probs=1", "--trees", "many"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "invalid int value" in err[0]
+
+
+def test_json_contract_subprocess():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "brwsim",
+            "simulate",
+            "--law",
+            "fixed:probs=0.6/0.3/0.1",
+            "--P",
+            "1,64",
+            "--trees",
+            "3",
+            "--seed",
+            "7",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    d = json.loads(out)  # exactly one JSON object
+    assert d["law"] == "fixed:probs=0.6/0.3/0.1"
+    assert d["convention"] == "X = accepted draft tokens per verifier call (tokens per call = X + 1)"
+    assert d["trees"] == 3 and d["seed"] == 7
+    assert [r["P"] for r in d["results"]] == [1, 64]
+    assert d["results"][0]["mean"] == pytest.approx(0.6, rel=1e-6)
+    assert d["results"][1]["mean"] == pytest.approx(4.2317776, rel=2e-5)
+    for r in d["results"]:
+        assert r["ci95"] == 0.0
+        assert set(r["bounds"]) >= {"theorem1_leading", "renewal", "asymptotic"}
+    assert d["mu"] == pytest.approx(0.897945, rel=1e-5)
+    assert d["mu_se"] == 0.0
+
+
+def test_table_output(capsys):
+    assert main(["simulate", "--law", "fixed:probs=0.5/0.5", "--P", "1,2", "--trees", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "E[X]" in out and "tokens per call = X + 1" in out
+    assert "0.5000" in out
