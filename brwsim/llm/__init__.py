@@ -22,8 +22,15 @@ LLM_MODULES = ("torch", "transformers", "gguf", "accelerate", "safetensors")
 INSTALL_HINT = "pip install -e '.[llm]'"
 
 
+def _absent(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):  # e.g. sys.modules[name] = None: blocked
+        return True
+
+
 def missing_llm_modules() -> list[str]:
-    return [m for m in LLM_MODULES if importlib.util.find_spec(m) is None]
+    return [m for m in LLM_MODULES if _absent(m)]
 
 
 def require_llm() -> None:
