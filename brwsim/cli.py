@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_SUBCOMMAND_MODULES: list[str] = ["brwsim.cli_llm"]
+_SUBCOMMAND_MODULES: list[str] = ["brwsim.reproduce", "brwsim.cli_llm"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,14 +37,29 @@ BOUND_STYLES = {
 }
 
 
+_MODE = {"quick": False}
+
+
 def out_dirs() -> tuple[Path, Path]:
-    """(results dir, figures dir); override the root with BRWSIM_OUT."""
+    """(results dir, figures dir); override the root with BRWSIM_OUT.
+
+    ``--quick`` runs write below ``results/quick`` and ``figures/quick`` so that
+    a first look never overwrites the committed full-size figures.
+    """
     root = Path(os.environ.get("BRWSIM_OUT", "."))
-    return root / "results", root / "figures"
+    sub = Path("quick") if _MODE["quick"] else Path()
+    return root / "results" / sub, root / "figures" / sub
+
+
+class _Parser(argparse.ArgumentParser):
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        _MODE["quick"] = bool(getattr(ns, "quick", False))
+        return ns
 
 
 def parser(name: str, doc: str | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"python -m experiments.{name}", description=doc)
+    p = _Parser(prog=f"python -m experiments.{name}", description=doc)
     p.add_argument("--quick", action="store_true", help="small run (seconds), for tests and a first look")
     p.add_argument("--seed", type=int, default=0)
     return p
