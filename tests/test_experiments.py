@@ -11,7 +11,7 @@ from brwsim import reproduce
 from brwsim.errors import BrwsimError
 from experiments import common
 
-CORE = ["entropy_table", "scaling_in_P", "collapse", "iid_vs_markov"]
+CORE = ["entropy_table", "scaling_in_P", "collapse", "iid_vs_markov", "threshold_vs_oracle"]
 
 
 @pytest.fixture()
