@@ -74,6 +74,8 @@ def _cmd_simulate(args) -> int:
         batch=args.batch,
         check=args.check,
         progress=None if not args.json else False,
+        drafter=args.drafter,
+        draft_law=args.draft_law,
     )
     d = res.to_dict()
     if args.json:
@@ -95,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--batch", type=int, default=None, help="trees per jitted step (results do not depend on it)")
     s.add_argument("--check", action="store_true", help="also simulate the target's sampled continuation")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    s.add_argument(
+        "--drafter",
+        default=None,
+        help="oracle (default), topq, eagle[:top_k=10,depth=7], chain, static:path=FILE|k=K, sequoia[:depth=D]",
+    )
+    s.add_argument("--draft-law", default=None, help="drafter's q: exact, noise:sigma=S, temp:T=T, mix:w=W,law=SPEC")
     s.set_defaults(func=_cmd_simulate)
     # Further subcommands live beside the code they drive; each module has
     # add_parser(subparsers) and is skipped only if its optional extra is absent.

@@ -649,3 +649,52 @@ __all__ = [
     "parse_drafter",
     "sequoia_dp",
 ]
+
+
+def simulate_values(
+    drafter: str | Drafter,
+    law: Law,
+    draft_law: str | DraftLaw | None,
+    P_list,
+    trees: int,
+    seed: int,
+    batch: int | None = None,
+    check: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None, dict]:
+    """What :func:`brwsim.estimate.simulate` needs for a non-oracle drafter.
+
+    Returns ``values`` (float64 ``[trees, max(P_list)]``; column ``P - 1``
+    filled for each listed P), with ``check`` the accepted lengths of one
+    sampled target continuation through the largest tree (int ``[trees]``),
+    and a JSON-ready description of the drafter and its draft law (mean
+    cross-entropy, KL and TV with standard errors).
+    """
+    from .draftlaws import draft_law_spec, draft_stats
+    from .estimate import tree_keys
+    from .tree import sample_accepted_batch
+
+    d = parse_drafter(drafter)
+    dlaw = parse_draft_law(draft_law)
+    dlaw.check(law)
+    P_list = sorted(int(p) for p in P_list)
+    P_max = P_list[-1]
+    vals = drafter_values(d, law, dlaw, P_list, trees, seed, batch)
+    values = np.full((trees, P_max), np.nan)
+    for i, p in enumerate(P_list):
+        values[:, p - 1] = vals[:, i]
+    accepted = None
+    if check:
+        accepted = np.empty((trees,), np.int64)
+        B = min(batch or _batch_size(d, law, P_max), trees)
+        for start in range(0, trees, B):
+            n = min(B, trees - start)
+            keys = tree_keys(seed, start, B)
+            t = draft_trees(d, law, dlaw, keys, P_max, seed)
+            acc = sample_accepted_batch(law, keys, t, tree_keys(seed, start, B, stream=1), K=law.vocab)
+            accepted[start : start + n] = np.asarray(acc)[:n]
+    st = draft_stats(law, dlaw, seed=seed)
+    info = {"drafter": d.text, "draft_law": draft_law_spec(dlaw)}
+    for name, s in st.items():
+        info[name] = s.mean
+        info[name + "_se"] = s.se
+    return values, accepted, info

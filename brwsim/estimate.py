@@ -139,8 +139,10 @@ class SimulationResult:
     results: list[PResult]
     drafter: str = "oracle"
     seconds: float = 0.0
+    draft: dict | None = None  # non-oracle drafters: draft law and its divergences
 
     def to_dict(self) -> dict:
+        extra = {"draft": self.draft} if self.draft is not None else {}
         return {
             "law": self.law,
             "convention": CONVENTION,
@@ -152,7 +154,7 @@ class SimulationResult:
             "trees": self.trees,
             "seed": self.seed,
             "results": [r.to_dict() for r in self.results],
-        }
+        } | extra
 
     def __getitem__(self, P: int) -> PResult:
         for r in self.results:
@@ -170,8 +172,14 @@ def simulate(
     check: bool = False,
     bounds: bool = True,
     progress: bool | None = None,
+    drafter: str | None = None,
+    draft_law: str | None = None,
 ) -> SimulationResult:
     """E[X] of the oracle tree at each budget P, with 95% confidence intervals.
+
+    ``drafter`` (``NAME[:key=value,...]``, default ``oracle``) and ``draft_law``
+    (the drafter's q, default ``exact``) select another drafter: see
+    :mod:`brwsim.drafters` and :mod:`brwsim.draftlaws`.
 
     ``law`` is a SPEC string (see :func:`brwsim.laws.parse_law`) or a law
     object. X counts accepted draft tokens per verifier call; tokens per call
@@ -193,7 +201,17 @@ def simulate(
         )
     t0 = time.perf_counter()
     P_max = max(P_list)
-    values, accepted = oracle_values(law_obj, P_max, trees, seed, batch, check, progress)
+    draft = None
+    if drafter is None or drafter.strip().lower() == "oracle":
+        if draft_law is not None:
+            raise BrwsimError("--draft-law applies to a drafter other than the oracle; add e.g. --drafter topq")
+        values, accepted = oracle_values(law_obj, P_max, trees, seed, batch, check, progress)
+    else:
+        from . import drafters
+
+        values, accepted, draft = drafters.simulate_values(
+            drafter, law_obj, draft_law, P_list, trees, seed, batch, check
+        )
     from . import theory
 
     mom = theory.moments(law_obj, seed=seed)
@@ -216,4 +234,6 @@ def simulate(
         seed=seed,
         results=results,
         seconds=time.perf_counter() - t0,
+        drafter=draft["drafter"] if draft else "oracle",
+        draft=draft,
     )
