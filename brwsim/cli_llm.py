@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     s.add_argument("--depth", type=int, default=48, help="tokens per continuation (default 48)")
     s.add_argument("--seed", type=int, default=0, help="seed of the continuations and the surrogate (default 0)")
     s.add_argument("--trees", type=int, default=2000, help="i.i.d. surrogate trees (default 2000)")
-    s.add_argument("--batch", type=int, default=8, help="tree nodes per forward pass (default 8)")
+    s.add_argument("--batch", type=int, default=4, help="tree nodes per forward pass (default 4)")
     s.add_argument("--dtype", default="float32", help="float32 (default) or bfloat16")
     s.add_argument("--threads", type=int, default=1, help="torch threads (default 1; see docs/llm.md)")
     s.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -49,7 +49,7 @@ def run_llm(
     depth: int = 48,
     seed: int = 0,
     trees: int = 2000,
-    batch: int = 8,
+    batch: int = 4,
     dtype: str = "float32",
     threads: int | None = 1,
     device: str = "cpu",

@@ -125,7 +125,7 @@ class OracleTree:
     passes: int  # batched calls
 
 
-def oracle_tree(ctx: Context, P_max: int, batch: int = 8, eos=frozenset(), K: int | None = None) -> OracleTree:
+def oracle_tree(ctx: Context, P_max: int, batch: int = 4, eos=frozenset(), K: int | None = None) -> OracleTree:
     """Exact best-first expansion of the real token tree.
 
     The heap holds candidate children (known path log-probability; siblings
@@ -234,7 +234,7 @@ def measure_prompt(
     walks: int = 16,
     depth: int = 48,
     seed: int = 0,
-    batch: int = 8,
+    batch: int = 4,
     K: int | None = None,
 ) -> PromptResult:
     """Walks and the oracle tree of one prompt (one KV-cached context)."""

@@ -1,0 +1,108 @@
+"""Timing of the performance choices of the HF source (``python -m brwsim.llm.bench``).
+
+Measures, on the shipped model and one real prompt: prefill speed in fp32 and
+bf16 (and the KL divergence of bf16 from fp32 per position), with one and two
+torch threads; the saving of ``logits_to_keep=1``; KV-cached decoding at
+batch 16; one batched tree pass (4D mask) against path-by-path recomputation.
+Prints one JSON object. Numbers depend on the machine's load: the 2-core box
+here is shared, so each figure is the median of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def _median_time(fn, repeat: int) -> float:
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def run(model: str = "smollm2-135m", repeat: int = 3, prompt_index: int = 32) -> dict:
+    import numpy as np
+    import torch
+
+    from .models import load_source
+    from .prompts import humaneval
+
+    out: dict = {"model": model, "repeat": repeat}
+    src = load_source(model, threads=1)
+    text = humaneval()[prompt_index].text
+    ids = src.encode(text)
+    x = torch.tensor([ids])
+    out["prompt_tokens"] = len(ids)
+    m = src.model
+    with torch.inference_mode():
+        ref = torch.log_softmax(m(input_ids=x).logits[0].float(), -1)
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for dtype in ("float32", "bfloat16"):
+            mm = m.to(getattr(torch, dtype))
+            with torch.inference_mode():
+                t = _median_time(lambda mm=mm: mm(input_ids=x, logits_to_keep=1), repeat)
+                t_all = _median_time(lambda mm=mm: mm(input_ids=x), repeat)
+            key = f"{dtype}_threads{threads}"
+            out[f"prefill_tok_per_s_{key}"] = len(ids) / t
+            out[f"prefill_all_logits_tok_per_s_{key}"] = len(ids) / t_all
+            if dtype == "bfloat16" and threads == 1:
+                with torch.inference_mode():
+                    lp = torch.log_softmax(mm(input_ids=x).logits[0].float(), -1)
+                kl = (ref.exp() * (ref - lp)).sum(-1)
+                out["kl_bf16_from_fp32_nats_per_position_mean"] = float(kl.mean())
+                out["kl_bf16_from_fp32_nats_per_position_max"] = float(kl.max())
+    m.to(torch.float32)
+    torch.set_num_threads(1)
+    # KV-cached decoding, 16 rows, 16 steps
+    ctx = src.open(ids)
+    rng = np.random.default_rng(0)
+
+    def decode():
+        w = ctx.walker(16)
+        rows = np.broadcast_to(ctx.root, (16, ctx.root.shape[0]))
+        for _ in range(16):
+            rows = w.step([int(np.argmax(r + rng.gumbel(size=r.shape))) for r in rows])
+
+    out["decode_batch16_tok_per_s"] = 256 / _median_time(decode, repeat)
+
+    # one tree pass of 16 nodes (two levels) vs path-by-path recomputation
+    top = np.argsort(-ctx.root)[:4]
+    level1 = [(int(t),) for t in top]
+    ctx.logprobs(level1)
+    level2 = [(a[0], int(b)) for a in level1 for b in np.argsort(-ctx.answers[a])[:4]]
+
+    def tree_pass():
+        c = src.open(ids)
+        c.logprobs(level1)
+        t0 = time.perf_counter()
+        r = c.logprobs(level2)
+        return time.perf_counter() - t0, r
+
+    tt = statistics.median(tree_pass()[0] for _ in range(repeat))
+    _, tree_rows = tree_pass()
+    with torch.inference_mode():
+        full = torch.log_softmax(m(input_ids=torch.tensor([ids + list(p) for p in level2])).logits[:, -1].float(), -1)
+        tf = _median_time(lambda: m(input_ids=torch.tensor([ids + list(p) for p in level2]), logits_to_keep=1), repeat)
+    out["tree_pass_16_nodes_seconds"] = tt
+    out["path_by_path_16_nodes_seconds"] = tf
+    out["tree_pass_max_abs_logprob_diff"] = float(np.abs(tree_rows - full.numpy()).max())
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m brwsim.llm.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--repeat", type=int, default=3)
+    a = p.parse_args(argv)
+    print(json.dumps(run(a.model, a.repeat), indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
