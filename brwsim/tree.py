@@ -31,12 +31,15 @@ entries per node suffice; nothing past them can be needed.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from .errors import BrwsimError
 from .laws import Law
 
 NEG_INF = -jnp.inf
@@ -147,10 +150,237 @@ def oracle_one(law: Law, tree_key, P: int, K: int) -> DraftTree:
     return jax.lax.fori_loop(0, P, body, st)[-1]
 
 
-@partial(jax.jit, static_argnames=("P", "K"))
-def oracle_batch(law: Law, tree_keys, P: int, K: int) -> DraftTree:
-    """Oracle trees for a batch of tree keys (``tree_keys``: key array [B])."""
-    return jax.vmap(lambda k: oracle_one(law, k, P, K))(tree_keys)
+def _block_size(S: int) -> int:
+    """Frontier block: a power of two near sqrt(S), so a step costs O(sqrt(S))."""
+    b = 1 << max(2, round(math.log2(max(S, 4)) / 2))
+    return min(b, 1 << max(2, (S - 1).bit_length()))
+
+
+def _tail_bound(d: jax.Array, V: int) -> jax.Array:
+    """An upper bound on log p of every entry past the ``Kc`` kept ones.
+
+    The entries past the top ``Kc`` are each at most ``p[Kc - 1]`` and sum to
+    at most ``1 - sum(p[:Kc])``; ``slack`` covers float32 rounding of the
+    normalisation (and a user distribution's 1e-6 tolerance).
+    """
+    slack = 2e-6 + 2.4e-7 * (V + d.shape[-1])
+    tail = jnp.maximum(1.0 - jnp.sum(jnp.exp(d), axis=-1), 0.0) + slack
+    return jnp.minimum(d[..., -1], jnp.log(tail))
+
+
+def _rotl(x, d: int):
+    return (x << jnp.uint32(d)) | (x >> jnp.uint32(32 - d))
+
+
+def _threefry_fold_in(kd: jax.Array, data: jax.Array) -> jax.Array:
+    """``key_data(fold_in(k, data))`` for threefry2x32 key data ``kd[..., 2]``, bit for bit.
+
+    JAX's fold_in is ``threefry_2x32(k, [0, data])``; on CPU its lowering is a
+    rolled loop (a nested while loop per call), which inside the oracle's own
+    loop costs more than the arithmetic. This is the same 20 rounds unrolled.
+    """
+    k1, k2 = kd[..., 0], kd[..., 1]
+    ks = (k1, k2, k1 ^ k2 ^ jnp.uint32(0x1BD11BDA))
+    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
+    x0, x1 = k1, jnp.asarray(data).astype(jnp.uint32) + k2
+    for i in range(5):
+        for r in rot[i % 2]:
+            x0 = x0 + x1
+            x1 = x0 ^ _rotl(x1, r)
+        x0 = x0 + ks[(i + 1) % 3]
+        x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
+    return jnp.stack([x0, x1], axis=-1)
+
+
+def _zero_of(x: jax.Array) -> jax.Array:
+    """0.0 of x's shape that XLA cannot fold away (so it carries a data dependency on x)."""
+    return jnp.isnan(x).astype(jnp.float32) * 0.0
+
+
+@partial(jax.jit, static_argnames=("P", "K", "Kc", "blk"))
+def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, blk: int):
+    """Best-first search for a batch of trees at once; returns (tree, dropped).
+
+    Layout: the frontier ``cand`` (the path log-prob of each taken node's next
+    child) is ``[nblk, B, blk]`` with block maxima ``bmax[nblk, B]``; a step
+    finds the largest block maximum with max reductions (no argmax), the first
+    block and the first slot in it holding that value (lowest slot index =
+    earliest-taken parent, the reference tie-break), and rewrites one block
+    maximum. Slot ``n = i + 1`` of step ``i`` is the same for every tree, so
+    all writes of the new node are dynamic-update-slices; only the taken
+    parent's entries are per-tree scatters. Only ``Kc <= K`` sorted entries of
+    each node are kept; ``dropped[b]`` is an upper bound on the path log-prob
+    of every child that was not kept (``-inf`` if none).
+    """
+    B = tree_keys.shape[0]
+    S = P + 1
+    nblk = -(-S // blk)
+    impl = jax.random.key_impl(tree_keys)
+    kd_root = jax.random.key_data(tree_keys)  # [B, *ks]
+    ks = kd_root.shape[1:]
+    V = law.vocab
+    trunc = Kc < K
+    f32 = jnp.float32
+
+    s0, d0 = jax.vmap(lambda k: root_node(law, k, Kc))(tree_keys)
+    d0 = d0.astype(f32)
+    b_ix = jnp.arange(B, dtype=jnp.int32)
+    blk_ix = jnp.arange(blk, dtype=jnp.int32)
+    nblk_ix = jnp.arange(nblk, dtype=jnp.int32)[:, None]
+
+    cand = jnp.full((nblk, B, blk), NEG_INF, f32).at[0, :, 0].set(d0[:, 0])
+    bmax = jnp.full((nblk, B), NEG_INF, f32).at[0].set(d0[:, 0])
+    tab = jnp.full((B, S, Kc), NEG_INF, f32).at[:, 0].set(d0)
+    tail = jnp.full((B, S), NEG_INF, f32)
+    if trunc:
+        tail = tail.at[:, 0].set(_tail_bound(d0, V))
+    ptr = jnp.zeros((B, S), jnp.int32)
+    lp = jnp.zeros((B, S), f32)
+    par = jnp.full((B, S), -1, jnp.int32)
+    dep = jnp.zeros((B, S), jnp.int32)
+    rk = jnp.zeros((B, S), jnp.int32)
+    st = jnp.zeros((B, S), jnp.int32).at[:, 0].set(s0)
+    kd = jnp.zeros((B, S) + ks, kd_root.dtype).at[:, 0].set(kd_root)
+    dropped = jnp.full((B,), NEG_INF, f32)
+
+    fast = str(impl) == "threefry2x32" and ks == (2,)
+
+    def gen(pkd, pstate, r):
+        if not fast:
+            pk = jax.random.wrap_key_data(pkd, impl=impl)
+            k, s, d = child_node(law, pk, pstate, r, Kc)
+            return jax.random.key_data(k), s, d.astype(f32)
+        # child_node with the unrolled fold_in (same bits)
+        kd = _threefry_fold_in(pkd, 2 + r)
+        wrap = lambda x: jax.random.wrap_key_data(x, impl=impl)
+        s = law.child_state(wrap(_threefry_fold_in(kd, 1)), pstate, r)
+        d = law.node_logp(wrap(_threefry_fold_in(kd, 0)), s, Kc)
+        return kd, s, d.astype(f32)
+
+    def body(i, carry):
+        cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped = carry
+        n = i + 1
+        # exact argmax of the frontier from max reductions
+        m = jnp.max(bmax, axis=0)  # [B]
+        jb = jnp.min(jnp.where(bmax == m, nblk_ix, nblk), axis=0)
+        jb = jnp.minimum(jb, nblk - 1)
+        row = cand[jb, b_ix]  # [B, blk]
+        jj = jnp.min(jnp.where(row == m[:, None], blk_ix, blk), axis=1)
+        jj = jnp.minimum(jj, blk - 1)
+        j = jb * blk + jj
+        r = ptr[b_ix, j]
+        plp = lp[b_ix, j]
+        r1 = r + 1
+        nxt = jnp.where(r1 < Kc, tab[b_ix, j, jnp.minimum(r1, Kc - 1)], NEG_INF)
+        pkd, pst, pdep = kd[b_ix, j], st[b_ix, j], dep[b_ix, j]
+        if trunc:
+            bound = plp + jnp.minimum(tab[b_ix, j, Kc - 1], tail[b_ix, j])
+            dropped = jnp.where(r1 >= Kc, jnp.maximum(dropped, bound), dropped)
+        # the new node (slot n, the same for every tree)
+        kn, sn, dn = jax.vmap(gen)(pkd, pst, r)
+        # Tie every value written below to every per-tree read above: without a
+        # data dependency XLA cannot prove the reads happen before the in-place
+        # writes and copies whole arrays every step.
+        # (an optimization_barrier does not do it; a float zero does).
+        zero = _zero_of(nxt) + _zero_of(plp) + (_zero_of(dropped) if trunc else 0.0)
+        dn = dn + zero[:, None]
+        m = m + zero
+        c_new = plp + nxt
+        row = jnp.where(blk_ix == jj[:, None], c_new[:, None], row)
+        cand = cand.at[jb, b_ix, jj].set(c_new, unique_indices=True)
+        bmax = bmax.at[jb, b_ix].set(jnp.max(row, axis=1), unique_indices=True)
+        ptr = ptr.at[b_ix, j].set(r1, unique_indices=True)
+        # write slot n
+        cn = m + dn[:, 0]
+        nb, no = n // blk, n % blk
+        cand = jax.lax.dynamic_update_slice(cand, cn[None, :, None], (nb, 0, no))
+        bm = jax.lax.dynamic_slice(bmax, (nb, 0), (1, B))
+        bmax = jax.lax.dynamic_update_slice(bmax, jnp.maximum(bm, cn[None]), (nb, 0))
+
+        def put(a, v):
+            v = v[:, None]
+            return jax.lax.dynamic_update_slice(a, v, (0, n) + (0,) * (a.ndim - 2))
+
+        tab = put(tab, dn)
+        if trunc:
+            tail = put(tail, _tail_bound(dn, V))
+        lp = put(lp, m)
+        par = put(par, j - 1)
+        dep = put(dep, pdep + 1)
+        rk = put(rk, r)
+        st = put(st, sn)
+        kd = put(kd, kn)
+        return cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped
+
+    carry = (cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped)
+    cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped = jax.lax.fori_loop(0, P, body, carry)
+    tree = DraftTree(
+        parent=par[:, 1:], depth=dep[:, 1:], logP=lp[:, 1:], rank=rk[:, 1:], state=st[:, 1:], key=kd[:, 1:]
+    )
+    return tree, dropped
+
+
+def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None) -> DraftTree:
+    """Oracle trees T*_P for a batch of tree keys (``tree_keys``: key array [B]).
+
+    Exactly the trees of :func:`oracle_one` (same nodes, order and tie-breaks),
+    computed by the blocked best-first search of :func:`_oracle_kernel`.
+    ``K_keep`` (default: all ``K`` unless the node tables would pass
+    :data:`TABLE_BYTES` per tree) is how many entries of each node's sorted
+    distribution are kept. Never a silent truncation: when a child past the
+    kept ones could have entered a tree, that batch is recomputed with four
+    times as many kept entries (node distributions are a pure function of the
+    node key, so this is exact), up to ``K``. Inside an outer ``jit`` (traced
+    keys) all ``K`` entries are kept.
+    """
+    P, K = int(P), int(K)
+    if P < 1 or K < 1:
+        raise BrwsimError(f"oracle needs P >= 1 and K >= 1, got P={P}, K={K}")
+    traced = isinstance(tree_keys, jax.core.Tracer)
+    Kc = K if traced else keep_entries(P, K, K_keep)
+    blk = _block_size(P + 1)
+    tree, dropped = _oracle_kernel(law, tree_keys, P=P, K=K, Kc=Kc, blk=blk)
+    while Kc < K:
+        bad = np.asarray(dropped >= tree.logP[:, -1])
+        if not bad.any():
+            break
+        Kc = min(K, 4 * Kc)
+        t2, dropped = _oracle_kernel(law, tree_keys, P=P, K=K, Kc=Kc, blk=blk)
+        tree = _merge(jnp.asarray(bad), tree, t2)
+        dropped = jnp.where(jnp.asarray(bad), dropped, NEG_INF)
+    return tree
+
+
+def _merge(sel, a: DraftTree, b: DraftTree) -> DraftTree:
+    """Tree ``b[i]`` where ``sel[i]``, else ``a[i]``."""
+    return jax.tree.map(lambda x, y: jnp.where(sel.reshape((-1,) + (1,) * (x.ndim - 1)), y, x), a, b)
+
+
+TABLE_BYTES = 16 * 2**20  # default cap on one tree's node table (float32 [P + 1, K_keep])
+
+
+def keep_entries(P: int, K: int, K_keep: int | None = None) -> int:
+    """Entries kept per node: ``K_keep`` if given, else ``K`` while the table fits TABLE_BYTES."""
+    if K_keep is not None:
+        if int(K_keep) < 1:
+            raise BrwsimError(f"K_keep must be >= 1, got {K_keep}")
+        return min(int(K_keep), K)
+    fit = TABLE_BYTES // (4 * (P + 1))
+    if fit >= K:
+        return K
+    return max(16, 1 << (max(fit, 1).bit_length() - 1))
+
+
+def oracle_memory(law: Law, P: int, K: int | None = None) -> int:
+    """Approximate bytes one tree needs in :func:`_oracle_kernel` (node table, slots, frontier, node draw)."""
+    K = min(law.vocab, P) if K is None else K
+    Kc = keep_entries(P, K)
+    return 4 * (P + 1) * (Kc + 2) + 48 * (P + 1) + 16 * law.vocab
+
+
+def default_batch(law: Law, P: int, budget: int = 256 * 2**20) -> int:
+    """Trees per oracle step: fill ``budget`` bytes, at most 1024 trees."""
+    return int(max(1, min(1024, budget // oracle_memory(law, P))))
 
 
 def prefix_values(tree: DraftTree) -> jax.Array:

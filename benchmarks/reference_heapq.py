@@ -1,0 +1,148 @@
+"""A plain ``heapq`` best-first oracle and the benchmark's table law.
+
+The reference does what :func:`brwsim.tree.oracle_one` specifies, one tree at
+a time in pure Python: a heap of ``(-path log-prob of the next child, slot)``,
+one entry per taken node (slot 0 is the root, slot ``i + 1`` the i-th node
+taken). Popping the largest entry takes that child; the parent's next child
+and the new node's best child are pushed. Equal keys pop in slot order, which
+is the oracle's tie-break (earliest-taken parent). Path log-probabilities are
+float32 sums, rounded exactly as JAX rounds them, so the trees agree bit for
+bit; ``dtype="float64"`` keeps them in float64 instead, to measure the
+float32 error.
+
+:class:`TableLaw` gives both implementations the *same precomputed node
+distributions*: a table of ``N`` sorted log-probability rows (drawn from a
+Dirichlet law once); the root's row comes from the tree key, a child's row is
+a hash of its parent's row and its own rank. Node generation is then a row
+look-up on both sides, so the benchmark times the selection, not the law.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from brwsim.laws import Law
+
+_M32 = 0xFFFFFFFF
+_A, _C, _D, _X = 0x9E3779B1, 0x85EBCA77, 0x165667B1, 0xC2B2AE3D
+
+
+def child_row(parent_row: int, rank: int, n_rows: int) -> int:
+    """Row of the child of rank ``rank`` of a node with row ``parent_row`` (a 32-bit hash)."""
+    h = (parent_row * _A + rank * _C + _D) & _M32
+    h ^= h >> 15
+    h = (h * _X) & _M32
+    h ^= h >> 13
+    return h % n_rows
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TableLaw(Law):
+    """Node distributions read from a fixed table; the hidden state is the row index."""
+
+    logp: jax.Array  # [N, V] float32, each row sorted decreasing
+
+    family = "table"
+
+    @property
+    def vocab(self) -> int:
+        return int(self.logp.shape[1])
+
+    @property
+    def n_states(self) -> int:  # type: ignore[override]
+        return int(self.logp.shape[0])
+
+    def full_logp(self, key, state):
+        return self.logp[state]
+
+    def node_logp(self, key, state, K: int):
+        row = self.logp[state]
+        if K <= row.shape[0]:
+            return row[:K]
+        return jnp.concatenate([row, jnp.full((K - row.shape[0],), -jnp.inf, row.dtype)])
+
+    def init_state(self, key):
+        return jax.random.randint(key, (), 0, self.logp.shape[0]).astype(jnp.int32)
+
+    def child_state(self, key, parent_state, rank):
+        s = parent_state.astype(jnp.uint32)
+        h = s * jnp.uint32(_A) + jnp.asarray(rank).astype(jnp.uint32) * jnp.uint32(_C) + jnp.uint32(_D)
+        h = h ^ (h >> 15)
+        h = h * jnp.uint32(_X)
+        h = h ^ (h >> 13)
+        return (h % jnp.uint32(self.logp.shape[0])).astype(jnp.int32)
+
+
+jax.tree_util.register_dataclass(TableLaw, data_fields=["logp"], meta_fields=[])
+
+
+def table_law(V: int, n_rows: int = 1024, alpha: float = 0.1, seed: int = 0) -> TableLaw:
+    """A TableLaw whose rows are Dirichlet(alpha) distributions on V symbols (float32 logs, sorted)."""
+    rng = np.random.default_rng(seed)
+    g = rng.gamma(alpha, size=(n_rows, V)) + 1e-300
+    lp = np.log(g) - np.log(g.sum(1, keepdims=True))
+    lp = -np.sort(-lp, axis=1)
+    return TableLaw(logp=jnp.asarray(lp, jnp.float32))
+
+
+def root_rows(law: TableLaw, tree_keys) -> np.ndarray:
+    """Root rows of a batch of trees (one vectorised JAX call, the same draw as the oracle)."""
+    from brwsim.tree import state_key
+
+    return np.asarray(jax.vmap(lambda k: law.init_state(state_key(k)))(tree_keys))
+
+
+def oracle_heapq(rows: list, root_row: int, P: int, K: int, dtype: str = "float32"):
+    """Best-first oracle of one tree. ``rows``: list of per-row Python float lists (sorted).
+
+    Returns (logP, parent, rank) as lists of length P, in the order taken.
+    """
+    n_rows = len(rows)
+    K = min(K, len(rows[0]))
+    f32 = np.float32 if dtype == "float32" else float
+    slot_lp = [0.0]
+    slot_row = [root_row]
+    ptr = [0]
+    heap = [(-rows[root_row][0], 0)]
+    out_lp, out_par, out_rank = [], [], []
+    push, pop = heapq.heappush, heapq.heappop
+    for i in range(P):
+        if not heap:  # only -inf left: the oracle fills with -inf nodes
+            out_lp.append(-np.inf)
+            out_par.append(-1)
+            out_rank.append(0)
+            continue
+        c, j = pop(heap)
+        lp = -c
+        r = ptr[j]
+        ptr[j] = r + 1
+        if r + 1 < K:
+            push(heap, (-float(f32(slot_lp[j] + rows[slot_row[j]][r + 1])), j))
+        row = child_row(slot_row[j], r, n_rows)
+        slot_lp.append(lp)
+        slot_row.append(row)
+        ptr.append(0)
+        push(heap, (-float(f32(lp + rows[row][0])), i + 1))
+        out_lp.append(lp)
+        out_par.append(j - 1)
+        out_rank.append(r)
+    return out_lp, out_par, out_rank
+
+
+def table_rows(law: TableLaw) -> list:
+    """The table as Python lists of floats (exact float32 values), as the reference reads it."""
+    return np.asarray(law.logp, np.float32).astype(np.float64).tolist()
+
+
+def reference_batch(rows: list, roots, P: int, K: int, dtype: str = "float32"):
+    """Reference trees for trees with these root rows: float64 logP [B, P], int parent and rank [B, P]."""
+    res = [oracle_heapq(rows, int(r), P, K, dtype) for r in roots]
+    lp = np.array([x[0] for x in res], np.float64)
+    par = np.array([x[1] for x in res], np.int64)
+    rank = np.array([x[2] for x in res], np.int64)
+    return lp, par, rank
