@@ -32,10 +32,10 @@ Drafters (``NAME[:key=value,...]``):
     from a JSON file, or the complete K-ary tree. Paths are taken in
     breadth-first order (by length, then lexicographically) and the first P
     form the tree at budget P; the tree must be prefix-closed.
-``sequoia[:depth=D]``
+``sequoia[:depth=D,samples=N]``
     Sequoia's tree: positional acceptance rates ``a[k] = E[p_u(x_k)]``, x_k
     the drafter's k-th ranked token, are estimated from the law (Monte Carlo
-    over independent nodes); a dynamic program picks the static tree of P
+    over N = 4096 independent tree roots); a dynamic program picks the static tree of P
     nodes maximising ``sum over nodes of prod a[rank]`` (optionally of depth
     at most D), which is then drafted as a ``static`` tree.
 
@@ -482,6 +482,7 @@ class Drafter:
     depth: int | None = 7
     k: int | None = None
     path: str | None = None
+    samples: int = 4096
     text: str = "oracle"
 
     @property
@@ -496,7 +497,7 @@ _KEYS = {
     "chain": set(),
     "eagle": {"top_k", "depth"},
     "static": {"path", "k"},
-    "sequoia": {"depth"},
+    "sequoia": {"depth", "samples"},
 }
 
 
@@ -538,7 +539,8 @@ def parse_drafter(spec: str | Drafter | None) -> Drafter:
         return Drafter("static", path=kv["path"], text=text)
     if name == "sequoia":
         depth = check_positive_int(f"drafter {text!r}: depth", kv["depth"]) if "depth" in kv else None
-        return Drafter("sequoia", depth=depth, text=text)
+        samples = check_positive_int(f"drafter {text!r}: samples", kv.get("samples", "4096"), minimum=2)
+        return Drafter("sequoia", depth=depth, samples=samples, text=text)
     return Drafter(name, text=text)
 
 
@@ -564,7 +566,7 @@ def static_batch(law, dlaw, tree_keys, parents, qranks, K: int) -> DraftTree:
 
 def _static_paths(d: Drafter, law: Law, dlaw: DraftLaw, P: int, seed: int) -> list[tuple[int, ...]]:
     if d.name == "sequoia":
-        return sequoia_paths(law, dlaw, P, d.depth, seed)
+        return sequoia_paths(law, dlaw, P, d.depth, seed, d.samples)
     paths = kary_paths(d.k, P) if d.k is not None else load_paths(d.path)
     if len(paths) < P:
         raise BrwsimError(f"drafter {d.text!r}: the static tree has {len(paths)} nodes, fewer than P={P}")

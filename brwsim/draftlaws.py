@@ -108,7 +108,7 @@ class Exact(DraftLaw):
 class Noise(DraftLaw):
     """log q = log p + sigma * N(0, 1) per token, renormalised."""
 
-    sigma: float = 0.5
+    sigma: float = dataclasses.field(default=0.5, metadata={"data": True})
 
     def logq(self, key, lp):
         z = jax.random.normal(key, lp.shape, lp.dtype)
@@ -123,7 +123,7 @@ class Noise(DraftLaw):
 class Temp(DraftLaw):
     """q proportional to p^(1/T)."""
 
-    T: float = 1.0
+    T: float = dataclasses.field(default=1.0, metadata={"data": True})
 
     def logq(self, key, lp):
         return _normalise(jnp.where(jnp.isfinite(lp), lp / self.T, -jnp.inf))
@@ -137,7 +137,7 @@ class Temp(DraftLaw):
 class Mix(DraftLaw):
     """q = (1 - w) p + w r, r a randomly permuted draw of a second law."""
 
-    w: float = 0.5
+    w: float = dataclasses.field(default=0.5, metadata={"data": True})
     law: Law = dataclasses.field(default=None, metadata={"data": True})
     law_text: str = ""
 
