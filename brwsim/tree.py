@@ -230,17 +230,18 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, blk: int):
 
     cand = jnp.full((nblk, B, blk), NEG_INF, f32).at[0, :, 0].set(d0[:, 0])
     bmax = jnp.full((nblk, B), NEG_INF, f32).at[0].set(d0[:, 0])
-    tab = jnp.full((B, S, Kc), NEG_INF, f32).at[:, 0].set(d0)
-    tail = jnp.full((B, S), NEG_INF, f32)
+    # slot-major: the new node's row of every tree is one contiguous block
+    tab = jnp.full((S, B, Kc), NEG_INF, f32).at[0].set(d0)
+    tail = jnp.full((S, B), NEG_INF, f32)
     if trunc:
-        tail = tail.at[:, 0].set(_tail_bound(d0, V))
-    ptr = jnp.zeros((B, S), jnp.int32)
-    lp = jnp.zeros((B, S), f32)
-    par = jnp.full((B, S), -1, jnp.int32)
-    dep = jnp.zeros((B, S), jnp.int32)
-    rk = jnp.zeros((B, S), jnp.int32)
-    st = jnp.zeros((B, S), jnp.int32).at[:, 0].set(s0)
-    kd = jnp.zeros((B, S) + ks, kd_root.dtype).at[:, 0].set(kd_root)
+        tail = tail.at[0].set(_tail_bound(d0, V))
+    ptr = jnp.zeros((S, B), jnp.int32)
+    lp = jnp.zeros((S, B), f32)
+    par = jnp.full((S, B), -1, jnp.int32)
+    dep = jnp.zeros((S, B), jnp.int32)
+    rk = jnp.zeros((S, B), jnp.int32)
+    st = jnp.zeros((S, B), jnp.int32).at[0].set(s0)
+    kd = jnp.zeros((S, B) + ks, kd_root.dtype).at[0].set(kd_root)
     dropped = jnp.full((B,), NEG_INF, f32)
 
     fast = str(impl) == "threefry2x32" and ks == (2,)
@@ -268,13 +269,13 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, blk: int):
         jj = jnp.min(jnp.where(row == m[:, None], blk_ix, blk), axis=1)
         jj = jnp.minimum(jj, blk - 1)
         j = jb * blk + jj
-        r = ptr[b_ix, j]
-        plp = lp[b_ix, j]
+        r = ptr[j, b_ix]
+        plp = lp[j, b_ix]
         r1 = r + 1
-        nxt = jnp.where(r1 < Kc, tab[b_ix, j, jnp.minimum(r1, Kc - 1)], NEG_INF)
-        pkd, pst, pdep = kd[b_ix, j], st[b_ix, j], dep[b_ix, j]
+        nxt = jnp.where(r1 < Kc, tab[j, b_ix, jnp.minimum(r1, Kc - 1)], NEG_INF)
+        pkd, pst, pdep = kd[j, b_ix], st[j, b_ix], dep[j, b_ix]
         if trunc:
-            bound = plp + jnp.minimum(tab[b_ix, j, Kc - 1], tail[b_ix, j])
+            bound = plp + jnp.minimum(tab[j, b_ix, Kc - 1], tail[j, b_ix])
             dropped = jnp.where(r1 >= Kc, jnp.maximum(dropped, bound), dropped)
         # the new node (slot n, the same for every tree)
         kn, sn, dn = jax.vmap(gen)(pkd, pst, r)
@@ -289,7 +290,7 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, blk: int):
         row = jnp.where(blk_ix == jj[:, None], c_new[:, None], row)
         cand = cand.at[jb, b_ix, jj].set(c_new, unique_indices=True)
         bmax = bmax.at[jb, b_ix].set(jnp.max(row, axis=1), unique_indices=True)
-        ptr = ptr.at[b_ix, j].set(r1, unique_indices=True)
+        ptr = ptr.at[j, b_ix].set(r1, unique_indices=True)
         # write slot n
         cn = m + dn[:, 0]
         nb, no = n // blk, n % blk
@@ -298,8 +299,7 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, blk: int):
         bmax = jax.lax.dynamic_update_slice(bmax, jnp.maximum(bm, cn[None]), (nb, 0))
 
         def put(a, v):
-            v = v[:, None]
-            return jax.lax.dynamic_update_slice(a, v, (0, n) + (0,) * (a.ndim - 2))
+            return jax.lax.dynamic_update_slice(a, v[None], (n,) + (0,) * (a.ndim - 1))
 
         tab = put(tab, dn)
         if trunc:
@@ -314,9 +314,8 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, blk: int):
 
     carry = (cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped)
     cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped = jax.lax.fori_loop(0, P, body, carry)
-    tree = DraftTree(
-        parent=par[:, 1:], depth=dep[:, 1:], logP=lp[:, 1:], rank=rk[:, 1:], state=st[:, 1:], key=kd[:, 1:]
-    )
+    out = lambda a: jnp.moveaxis(a[1:], 0, 1)
+    tree = DraftTree(parent=out(par), depth=out(dep), logP=out(lp), rank=out(rk), state=out(st), key=out(kd))
     return tree, dropped
 
 
