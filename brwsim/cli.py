@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_SUBCOMMAND_MODULES: list[str] = ["brwsim.reproduce", "brwsim.cli_llm"]
+_SUBCOMMAND_MODULES: list[str] = ["brwsim.reproduce", "brwsim.cli_llm", "brwsim.cli_laws"]
 
 
 def main(argv: list[str] | None = None) -> int:
