@@ -24,7 +24,7 @@ FULL_LAWS = (
     + [f"temp:T={t}" for t in (0.5, 0.75, 1.5, 2, 3)]
     + [f"mix:w={w},law={LAW}" for w in (0.1, 0.3, 0.5, 0.7, 0.9)]
 )
-QUICK_LAWS = ["noise:sigma=1", "temp:T=2", f"mix:w=0.5,law={LAW}"]
+QUICK_LAWS = ["noise:sigma=1", f"mix:w=0.5,law={LAW}"]
 FULL = dict(P=[16, 64], trees=300, samples=4096)
 QUICK = dict(P=[8], trees=12, samples=256)
 

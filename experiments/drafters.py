@@ -32,7 +32,7 @@ DRAFTERS = {
     "binary tree": "static:k=2",
 }
 FULL = dict(P=[1, 2, 4, 8, 16, 32, 64], trees=400, samples=4096)
-QUICK = dict(P=[2, 8], trees=12, samples=256)
+QUICK = dict(P=[4], trees=8, samples=256)
 
 
 def points(dl: str, P: list[int], trees: int, seed: int, samples: int) -> list[dict]:

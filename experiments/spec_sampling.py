@@ -27,7 +27,7 @@ NAME = "spec_sampling"
 LAW = "logitnormal:V=256,sigma=4"
 DRAFT_LAW = "noise:sigma=0.5"
 FULL = dict(k=[1, 2, 4, 8, 16, 32], runs=4000, samples=20000, T=16)
-QUICK = dict(k=[1, 4], runs=200, samples=1000, T=4)
+QUICK = dict(k=[2], runs=200, samples=1000, T=3)
 SCHEMES = ["sequence", "batch", "tree", "race optimal tree", "race chain", "deterministic top-k by Q"]
 
 
