@@ -233,7 +233,8 @@ def sample_walks(
     """Sample ``walks`` independent spine walks.
 
     A walk stops once ``S_d > s_max`` or at ``depth`` steps (``max_depth`` when
-    ``depth`` is None). Walk ``i`` uses the key ``fold_in(fold_in(key(seed),
+    ``depth`` is None); all stop when none of the walks still going has moved
+    for 64 steps. Walk ``i`` uses the key ``fold_in(fold_in(key(seed),
     stream), i)``, so the result does not depend on how walks are batched.
     Steps are dispatched per hidden state, so a Markov law costs one state's
     law per step, not all of them. With ``need_H`` every node's entropy and
@@ -255,6 +256,7 @@ def sample_walks(
     S = np.zeros(walks)
     cols_xi, cols_h, cols_m2, cols_s = [], [], [], []
     active = np.arange(walks)
+    stalled = 0
     for d in range(D):
         if active.size == 0:
             break
@@ -281,9 +283,15 @@ def sample_walks(
         cols_h.append(h_d)
         cols_m2.append(m2_d)
         cols_s.append(s_d)
+        S_before = S[active].copy()
         S[active] += xi_d[active]
+        stalled = stalled + 1 if np.array_equal(S_before, S[active]) else 0
         state = new_state
         active = active[S[active] <= s_max]
+        if stalled >= 64:
+            # no active walk has moved for 64 steps (certain tokens, e.g. a
+            # zero-entropy law): stop; the walks' coverage records where
+            break
     cover = S.copy()
     return Walks(
         xi=np.stack(cols_xi, 1) if cols_xi else np.zeros((walks, 0)),
@@ -398,14 +406,20 @@ class SpineCurves:
         return N, N_se, tau - 1.0, tau_se
 
     def _candidates(self):
-        """Left limits at every distinct point value u in (0, limit]."""
+        """Left limits at every distinct point value u in (0, limit], and at the limit itself.
+
+        The cumulative sums up to ``pos`` (exclusive) are the left limits at
+        ``u``. An infinite limit (every walk ended) contributes s = +inf.
+        """
         v = self._v
-        if v.size == 0:
-            return np.zeros(0), np.zeros(0, np.int64)
         first = np.ones(v.size, bool)
         first[1:] = v[1:] != v[:-1]
         pos = np.nonzero(first & (v > 0))[0]
-        return v[pos], pos  # cumulative sums up to pos (exclusive) = left limit at v[pos]
+        u = v[pos]
+        if self.limit > 0 and (v.size == 0 or self.limit > v[-1]):
+            u = np.append(u, self.limit)
+            pos = np.append(pos, np.searchsorted(v, self.limit, side="left"))
+        return u, pos
 
     def splitting(self, P: float, z: float = 1.96) -> BoundResult:
         """THEORY 5(b): min over s of E[tau_s] - 1 + P e^-s, at left limits, + z se.
