@@ -30,7 +30,8 @@ def test_topq_equals_oracle_when_q_is_p(dl):
     # (a temperature keeps each node's order but not the order of paths of different depths)
     want = _oracle(FIXED, 24)
     got = dr.drafter_values("topq", FIXED, dl, list(range(1, 25)), 2, 0)
-    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    # same nodes; float32 sums may differ in the last bit if the oracle adds in another order
+    np.testing.assert_allclose(got, want, rtol=2e-6)
 
 
 def test_eagle_unbounded_equals_oracle():
