@@ -112,7 +112,7 @@ def test_markov_stationary_moments_match_walks():
         mu_s, mu2_s = sub.exact_moments()
         assert mom.per_state[name]["mu"] == pytest.approx(mu_s)
         assert mom.per_state[name]["mu2"] == pytest.approx(mu2_s)
-    mu_w, mu_w_se, mu2_w, mu2_w_se, frac = spine.spine_moments_walks(law, seed=1, walks=512, depth=40, burn=12)
+    mu_w, mu_w_se, mu2_w, mu2_w_se, frac = spine.spine_moments_walks(law, seed=1, walks=256, depth=40, burn=12)
     assert abs(mu_w - mom.mu) < 4 * math.hypot(mu_w_se, mom.mu_se)
     assert abs(mu2_w - mom.mu2) < 4 * math.hypot(mu2_w_se, mom.mu2_se)
     assert abs(frac[0] - mom.per_state["c"]["fraction"]) < 0.05
