@@ -76,6 +76,7 @@ def _cmd_simulate(args) -> int:
         progress=None if not args.json else False,
         drafter=args.drafter,
         draft_law=args.draft_law,
+        devices=args.devices,
     )
     d = res.to_dict()
     if args.json:
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--batch", type=int, default=None, help="trees per jitted step (results do not depend on it)")
     s.add_argument("--check", action="store_true", help="also simulate the target's sampled continuation")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    s.add_argument("--devices", default=None, help="shard the oracle's trees over 'all' devices or N (same results)")
     s.add_argument(
         "--drafter",
         default=None,

@@ -78,24 +78,31 @@ def oracle_values(
     batch: int | None = None,
     check: bool = False,
     progress: bool | None = None,
+    devices=None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Per-tree values of the oracle trees T*_1 .. T*_Pmax.
 
     Returns ``values`` (float64 [trees, P_max]; column ``P - 1`` is
     E[L(T*_P) | U] of each tree) and, with ``check``, the accepted lengths
     of one sampled continuation per tree through T*_Pmax (int [trees]).
+    ``devices`` (``"all"``, a count or a list) shards each batch of trees over
+    several devices; tree n's key depends on n only, so the values are those
+    of one device.
     """
     K = min(law.vocab, P_max)
     if isinstance(law, Pool) and law.truncated and K > law.vocab:  # pragma: no cover - guarded by min()
         raise BrwsimError("pool rows are too short for this P")
-    B = min(batch or default_batch(law, P_max), trees)
+    devs = tree_mod.resolve_devices(devices)
+    n_dev = len(devs) if devs else 1
+    B = min(batch or tree_mod.default_batch(law, P_max) * n_dev, trees)
+    B = -(-B // n_dev) * n_dev  # equal shares; padding trees are dropped
     values = np.empty((trees, P_max), np.float64)
     accepted = np.empty((trees,), np.int64) if check else None
     bar = _progress(trees, f"oracle P={P_max}", progress)
     for start in range(0, trees, B):
         n = min(B, trees - start)
         keys = tree_keys(seed, start, B)
-        t = tree_mod.oracle_batch(law, keys, P=P_max, K=K)
+        t = tree_mod.oracle_batch(law, keys, P=P_max, K=K, devices=devs)
         values[start : start + n] = np.asarray(tree_mod.prefix_values(t), np.float64)[:n]
         if check:
             wk = tree_keys(seed, start, B, stream=1)
@@ -174,12 +181,14 @@ def simulate(
     progress: bool | None = None,
     drafter: str | None = None,
     draft_law: str | None = None,
+    devices=None,
 ) -> SimulationResult:
     """E[X] of the oracle tree at each budget P, with 95% confidence intervals.
 
     ``drafter`` (``NAME[:key=value,...]``, default ``oracle``) and ``draft_law``
     (the drafter's q, default ``exact``) select another drafter: see
-    :mod:`brwsim.drafters` and :mod:`brwsim.draftlaws`.
+    :mod:`brwsim.drafters` and :mod:`brwsim.draftlaws`. ``devices`` (``"all"``
+    or a count) shards the oracle's trees over devices (same results).
 
     ``law`` is a SPEC string (see :func:`brwsim.laws.parse_law`) or a law
     object. X counts accepted draft tokens per verifier call; tokens per call
@@ -205,7 +214,7 @@ def simulate(
     if drafter is None or drafter.strip().lower() == "oracle":
         if draft_law is not None:
             raise BrwsimError("--draft-law applies to a drafter other than the oracle; add e.g. --drafter topq")
-        values, accepted = oracle_values(law_obj, P_max, trees, seed, batch, check, progress)
+        values, accepted = oracle_values(law_obj, P_max, trees, seed, batch, check, progress, devices=devices)
     else:
         from . import drafters
 

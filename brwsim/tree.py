@@ -32,7 +32,7 @@ entries per node suffice; nothing past them can be needed.
 from __future__ import annotations
 
 import math
-from functools import partial
+from functools import cache, partial
 from typing import NamedTuple
 
 import jax
@@ -319,7 +319,7 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, blk: int):
     return tree, dropped
 
 
-def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None) -> DraftTree:
+def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None) -> DraftTree:
     """Oracle trees T*_P for a batch of tree keys (``tree_keys``: key array [B]).
 
     Exactly the trees of :func:`oracle_one` (same nodes, order and tie-breaks),
@@ -331,6 +331,10 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
     times as many kept entries (node distributions are a pure function of the
     node key, so this is exact), up to ``K``. Inside an outer ``jit`` (traced
     keys) all ``K`` entries are kept.
+
+    ``devices`` (a list of devices, see :func:`resolve_devices`): split the
+    batch evenly over them (``B`` must be a multiple of their number); every
+    tree is computed by the same program, so the trees are those of one device.
     """
     P, K = int(P), int(K)
     if P < 1 or K < 1:
@@ -338,16 +342,75 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
     traced = isinstance(tree_keys, jax.core.Tracer)
     Kc = K if traced else keep_entries(P, K, K_keep)
     blk = _block_size(P + 1)
-    tree, dropped = _oracle_kernel(law, tree_keys, P=P, K=K, Kc=Kc, blk=blk)
+    kernel = _oracle_kernel
+    if devices is not None and len(devices) > 1 and not traced:
+        kernel, tree_keys = _sharded(tuple(devices), tree_keys)
+    tree, dropped = kernel(law, tree_keys, P=P, K=K, Kc=Kc, blk=blk)
     while Kc < K:
         bad = np.asarray(dropped >= tree.logP[:, -1])
         if not bad.any():
             break
         Kc = min(K, 4 * Kc)
-        t2, dropped = _oracle_kernel(law, tree_keys, P=P, K=K, Kc=Kc, blk=blk)
+        t2, dropped = kernel(law, tree_keys, P=P, K=K, Kc=Kc, blk=blk)
         tree = _merge(jnp.asarray(bad), tree, t2)
         dropped = jnp.where(jnp.asarray(bad), dropped, NEG_INF)
     return tree
+
+
+@cache
+def _sharded_kernel(devices: tuple, P: int, K: int, Kc: int, blk: int):
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(np.array(devices), ("trees",))
+    f = jax.shard_map(
+        lambda law, keys: _oracle_kernel(law, keys, P=P, K=K, Kc=Kc, blk=blk),
+        mesh=mesh,
+        in_specs=(PartitionSpec(), PartitionSpec("trees")),
+        out_specs=PartitionSpec("trees"),
+        check_vma=False,
+    )
+    return jax.jit(f), mesh
+
+
+def _sharded(devices: tuple, tree_keys):
+    """The kernel split over ``devices`` along the batch axis, and the keys placed there."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    n = len(devices)
+    if tree_keys.shape[0] % n:
+        raise BrwsimError(f"a batch of {tree_keys.shape[0]} trees does not split evenly over {n} devices")
+
+    def kernel(law, keys, P, K, Kc, blk):
+        f, mesh = _sharded_kernel(devices, P, K, Kc, blk)
+        return f(law, keys)
+
+    _, mesh = _sharded_kernel(devices, 1, 1, 1, 4)
+    return kernel, jax.device_put(tree_keys, NamedSharding(mesh, PartitionSpec("trees")))
+
+
+def resolve_devices(spec=None) -> list | None:
+    """Devices to shard over: None (the default device), ``"all"``, a count, or a list of devices."""
+    if spec is None:
+        return None
+    avail = jax.devices()
+    if isinstance(spec, str):
+        if spec.strip().lower() == "all":
+            return list(avail)
+        try:
+            spec = int(spec)
+        except ValueError:
+            raise BrwsimError(f"devices must be 'all' or a positive integer, got {spec!r}") from None
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        if not 1 <= spec <= len(avail):
+            raise BrwsimError(f"devices must be between 1 and {len(avail)} (devices available), got {spec}")
+        return list(avail[:spec])
+    try:
+        devs = list(spec)
+    except TypeError:
+        raise BrwsimError(f"devices must be 'all', a positive integer or a list of devices, got {spec!r}") from None
+    if not devs:
+        raise BrwsimError("devices: the list of devices is empty")
+    return devs
 
 
 def _merge(sel, a: DraftTree, b: DraftTree) -> DraftTree:

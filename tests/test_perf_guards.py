@@ -1,0 +1,121 @@
+"""Performance guards for the oracle (no timing): recompilation, sharding, exactness at large P."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from brwsim import tree as T
+from brwsim.errors import BrwsimError
+from brwsim.estimate import oracle_values, tree_keys
+from brwsim.laws import fixed_law, parse_law
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+from reference_heapq import reference_batch, root_rows, table_law, table_rows  # noqa: E402
+
+
+def _same(a: T.DraftTree, b: T.DraftTree) -> bool:
+    return all(np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f))) for f in a._fields)
+
+
+def _simple(law, keys, P, K):
+    return jax.jit(jax.vmap(lambda k: T.oracle_one(law, k, P, K)))(keys)
+
+
+def test_no_recompilation_on_second_call():
+    law = parse_law("dirichlet:V=20,alpha=0.3")
+    T.oracle_batch(law, tree_keys(0, 0, 8), 12, 12)
+    n = T._oracle_kernel._cache_size()
+    T.oracle_batch(law, tree_keys(1, 8, 8), 12, 12)  # new keys, same shapes
+    T.oracle_batch(parse_law("dirichlet:V=20,alpha=0.3"), tree_keys(2, 0, 8), 12, 12)  # an equal law object
+    assert T._oracle_kernel._cache_size() == n
+    oracle_values(law, 12, 20, seed=0, batch=8)
+    n = T._oracle_kernel._cache_size()
+    oracle_values(law, 12, 20, seed=1, batch=8)
+    assert T._oracle_kernel._cache_size() == n
+
+
+@pytest.mark.parametrize(
+    "spec,P",
+    [("dirichlet:V=16,alpha=0.5", 1), ("dirichlet:V=16,alpha=0.5", 70), ("fixed:probs=0.5/0.25/0.25", 150)],
+)
+def test_matches_simple_oracle_all_fields(spec, P):
+    """Same nodes, order and tie-breaks (the fixed law is all ties) as the plain oracle_one."""
+    law = parse_law(spec)
+    K = min(law.vocab, P)
+    keys = tree_keys(3, 0, 9)
+    assert _same(T.oracle_batch(law, keys, P, K), _simple(law, keys, P, K))
+
+
+def test_zero_probabilities_match_simple_oracle():
+    law = fixed_law([0.7, 0.3, 0.0, 0.0])  # -inf entries; the tree is still infinite
+    keys = tree_keys(0, 0, 4)
+    assert _same(T.oracle_batch(law, keys, 40, 4), _simple(law, keys, 40, 4))
+
+
+def test_kept_entries_never_truncate_silently():
+    """With few kept entries per node, children past them are detected and recomputed exactly."""
+    law = parse_law("dirichlet:V=64,alpha=0.2")
+    P, K = 300, 64
+    keys = tree_keys(5, 0, 12)
+    full = _simple(law, keys, P, K)
+    for keep in (2, 5, 16):
+        assert _same(T.oracle_batch(law, keys, P, K, K_keep=keep), full)
+    with pytest.raises(BrwsimError):
+        T.oracle_batch(law, keys, P, K, K_keep=0)
+
+
+def test_large_P_exact_against_heapq_reference():
+    law = table_law(8, n_rows=256, alpha=0.5)
+    P, K = 4096, 8
+    keys = tree_keys(7, 0, 4)
+    t = T.oracle_batch(law, keys, P, K)
+    lp, par, rank = reference_batch(table_rows(law), root_rows(law, keys), P, K)
+    assert np.array_equal(np.asarray(t.logP, np.float64), lp)
+    assert np.array_equal(np.asarray(t.parent), par)
+    assert np.array_equal(np.asarray(t.rank), rank)
+    assert np.all(np.diff(lp, axis=1) <= 0)
+
+
+def test_bad_devices_is_one_line_error():
+    for bad in ("x", 0, 10**6, []):
+        with pytest.raises(BrwsimError) as e:
+            T.resolve_devices(bad)
+        assert "\n" not in str(e.value)
+
+
+_SHARD_SCRIPT = r"""
+import json, jax, numpy as np
+from brwsim import tree as T
+from brwsim.estimate import simulate, tree_keys
+from brwsim.laws import parse_law
+assert len(jax.devices()) == 4, jax.devices()
+law = parse_law("dirichlet:V=40,alpha=0.2")
+keys = tree_keys(0, 0, 12)
+a = T.oracle_batch(law, keys, 50, 40)
+b = T.oracle_batch(law, keys, 50, 40, devices=T.resolve_devices("all"))
+trees_equal = all(np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f))) for f in a._fields)
+one = simulate(law, P=[1, 8, 50], trees=37, seed=4, bounds=False).to_dict()
+four = simulate(law, P=[1, 8, 50], trees=37, seed=4, bounds=False, devices="all").to_dict()
+two = simulate(law, P=[1, 8, 50], trees=37, seed=4, bounds=False, devices=2, batch=6).to_dict()
+print(json.dumps({"trees_equal": trees_equal, "sim_equal": one == four == two,
+                  "sharded": len(b.logP.sharding.device_set)}))
+"""
+
+
+def test_sharded_equals_single_device():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [sys.executable, "-c", _SHARD_SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res == {"trees_equal": True, "sim_equal": True, "sharded": 4}
