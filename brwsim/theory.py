@@ -200,6 +200,12 @@ def _bounds_from_curves(curves: SpineCurves, P_list, z: float) -> dict:
     return out
 
 
+# Below this many walks the normal-theory margin means little: with two walks whose
+# first steps both happen to be unlikely tokens, E[tau_s] - 1 is estimated as 0
+# with a standard error of 0, and the "bound" collapses far below the truth.
+MIN_SPINE_WALKS = 16
+
+
 def spine_bounds(xi, P_list, *, margin_z: float = 1.96) -> dict[int, dict[str, float]]:
     """Splitting and dual bounds (THEORY 5(b), 5(b'), 5(e)) from sampled continuations.
 
@@ -216,6 +222,12 @@ def spine_bounds(xi, P_list, *, margin_z: float = 1.96) -> dict[int, dict[str, f
     """
     P_list = _check_P_values(P_list)
     z = _check_z(margin_z)
+    n = np.shape(xi)[0] if np.ndim(xi) == 2 else 0
+    if n < MIN_SPINE_WALKS:
+        raise BrwsimError(
+            f"the empirical bounds need at least {MIN_SPINE_WALKS} sampled continuations for a confidence margin, "
+            f"got {n}; sample more continuations"
+        )
     curves = curves_from_xi(xi, P_max=max(P_list))
     return _bounds_from_curves(curves, P_list, z)
 

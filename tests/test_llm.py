@@ -166,7 +166,7 @@ def test_shipped_model_end_to_end():
     ctx = src.open(src.encode("The capital of France is"))
     top = int(np.argmax(ctx.root))
     assert src.decode([top]) == " Paris" and 0.7 < np.exp(ctx.root[top]) < 0.85
-    d = run_llm(prompts="humaneval", n=2, P=[1, 2, 8], walks=4, depth=12, trees=200, source=src)
+    d = run_llm(prompts="humaneval", n=2, P=[1, 2, 8], walks=8, depth=12, trees=200, source=src)
     (t,) = d["tasks"]
     assert t["task"] == "humaneval" and t["prompts"] == 2 and 0 < t["mu"] < 5 and t["mu2"] >= t["mu"] ** 2
     means = [r["mean"] for r in t["results"]]

@@ -116,10 +116,13 @@ def test_spine_bounds_law_free_with_ended_walks():
     exact = enumerate_fixed(list(p), 16)
     assert b_full[16]["dual"] >= exact[15] - 1e-9
     # walks ended right away: no node of positive probability, the bound is ~0
-    ended = np.full((10, 3), np.nan)
+    ended = np.full((20, 3), np.nan)
     assert theory.spine_bounds(ended, [5])[5]["dual"] < 1e-20
     # zero surprisal forever: only the trivial bound P remains
-    assert theory.spine_bounds(np.zeros((10, 5)), [7])[7]["dual"] == 7.0
+    assert theory.spine_bounds(np.zeros((20, 5)), [7])[7]["dual"] == 7.0
+    # too few continuations for a confidence margin: refused, one line
+    with pytest.raises(BrwsimError, match="at least 16 sampled continuations"):
+        theory.spine_bounds(xi[:2], [4])
 
 
 def test_curve_queries_beyond_coverage_raise():
