@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import BrwsimError
-from .laws import Law, parse_law
+from .laws import Law, parse_law, registrar
 from .tree import dist_key, state_key
 
 DRAFT_TAG = 2**32 - 8
@@ -59,17 +59,7 @@ def draft_key(node_key):
     return jax.random.fold_in(node_key, DRAFT_TAG)
 
 
-def _register(family: str):
-    def wrap(cls):
-        cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
-        data = [f.name for f in dataclasses.fields(cls) if f.metadata.get("data")]
-        meta = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("data")]
-        jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
-        cls.family = family
-        _DLAWS[family] = cls
-        return cls
-
-    return wrap
+_register = registrar(_DLAWS)
 
 
 def _normalise(lq):

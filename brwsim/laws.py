@@ -50,19 +50,30 @@ PROB_TOL = 1e-6  # how far from 1 a user-given distribution may sum
 _LAWS: dict[str, type] = {}
 
 
-def _register(family: str):
-    """Register a law class as a JAX pytree dataclass and as a SPEC family."""
+def registrar(registry: dict[str, type]):
+    """Decorator factory: make a class a frozen dataclass registered as a JAX pytree.
 
-    def wrap(cls):
-        cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
-        data = [f.name for f in dataclasses.fields(cls) if f.metadata.get("data")]
-        meta = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("data")]
-        jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
-        cls.family = family
-        _LAWS[family] = cls
-        return cls
+    Fields declared with ``_data()`` are array leaves; the rest are static
+    metadata (a change recompiles). The class is entered in ``registry`` under
+    its SPEC family name.
+    """
 
-    return wrap
+    def register(family: str):
+        def wrap(cls):
+            cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
+            data = [f.name for f in dataclasses.fields(cls) if f.metadata.get("data")]
+            meta = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("data")]
+            jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+            cls.family = family
+            registry[family] = cls
+            return cls
+
+        return wrap
+
+    return register
+
+
+_register = registrar(_LAWS)
 
 
 def _data(**kw):

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from exact import enumerate_fixed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,23 +19,6 @@ from brwsim.estimate import oracle_values, tree_keys
 
 # ---------------------------------------------------------------------------
 # exact cases: a fixed law gives a deterministic tree, enumerated here in float64
-
-
-def enumerate_fixed(probs, P):
-    """Top-P path probabilities of the tree with distribution ``probs`` everywhere.
-
-    Independent of brwsim: a float64 heap over (path probability, path).
-    """
-    probs = [p for p in probs if p > 0]
-    heap = [(-p, (i,)) for i, p in enumerate(probs)]
-    heapq.heapify(heap)
-    out = []
-    while len(out) < P:
-        negq, path = heapq.heappop(heap)
-        out.append(-negq)
-        for i, p in enumerate(probs):
-            heapq.heappush(heap, (negq * p, path + (i,)))
-    return np.cumsum(out)
 
 
 FIXED_CASES = [

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
 import pytest
+from exact import enumerate_fixed
 
 from brwsim import laws, spine, theory
 from brwsim.errors import BrwsimError
@@ -72,18 +72,6 @@ def test_curves_match_exact_deterministic_tree():
         tau, tau_se = curves.tau(np.array([t]))
         assert abs(N[0] - n) < 4 * N_se[0] + 1e-9
         assert abs(tau[0] - 1 - v) < 4 * tau_se[0] + 1e-9
-
-
-def enumerate_fixed(probs, P):
-    heap = [(-p, (i,)) for i, p in enumerate(probs)]
-    heapq.heapify(heap)
-    out = []
-    while len(out) < P:
-        negq, path = heapq.heappop(heap)
-        out.append(-negq)
-        for i, p in enumerate(probs):
-            heapq.heappush(heap, (negq * p, path + (i,)))
-    return np.cumsum(out)
 
 
 @pytest.mark.parametrize("probs", [[0.6, 0.3, 0.1], [0.7, 0.2, 0.05, 0.03, 0.02]])
