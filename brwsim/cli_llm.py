@@ -36,6 +36,7 @@ def add_parser(sub) -> None:
     s.add_argument("--max-prompt-tokens", type=int, default=384, help="keep the last N prompt tokens (default 384)")
     s.add_argument("--save-pool", default=None, help="directory to keep each task's surrogate pool .npz")
     s.add_argument("--record", default=None, help="save every log-prob row asked to this .npz (saved-logits file)")
+    s.add_argument("--drafter", default=None, help="early-exit:k=K (or k=6/12/18): the model cut after K layers as q")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_cmd_llm)
 
@@ -58,6 +59,7 @@ def run_llm(
     record: str | None = None,
     source=None,
     log=None,
+    drafter: str | None = None,
 ) -> dict:
     """Run the measurements; return the JSON object of ``brwsim llm --json``."""
     import os
@@ -72,6 +74,12 @@ def run_llm(
     trees = check_positive_int("trees", trees)
     batch = check_positive_int("batch", batch)
     seed = check_positive_int("seed", seed, minimum=0)
+    if drafter:
+        from .llm.early_exit import parse_early_exit
+
+        parse_early_exit(drafter)  # spec errors before the slow model load
+        if record:
+            raise BrwsimError("--record and --drafter cannot be combined (a saved-logits file holds target rows only)")
     items = load_prompts(prompts, n)  # prompt errors before the slow model load
     t_all = time.perf_counter()
     if source is None:
@@ -79,6 +87,11 @@ def run_llm(
 
         source = load_source(model, device=device, dtype=dtype, threads=threads, max_prompt_tokens=max_prompt_tokens)
     recorder = None
+    if drafter:
+        from .llm.early_exit import EarlyExitSource, measure_prompt_with_drafter, parse_early_exit, summarize_drafter
+
+        source = EarlyExitSource(source, parse_early_exit(drafter))
+    drafted: dict[str, list] = {}
     if record:
         from .llm.source import Recorder
 
@@ -88,7 +101,13 @@ def run_llm(
     t0 = time.perf_counter()
     by_task: dict[str, list] = {}
     for i, p in enumerate(items):
-        r = measure_prompt(source, p, max(P_list), walks=walks, depth=depth, seed=seed, batch=batch)
+        if drafter:
+            r, dr = measure_prompt_with_drafter(
+                source, p, max(P_list), walks=walks, depth=depth, seed=seed, batch=batch
+            )
+            drafted.setdefault(p.task, []).append(dr)
+        else:
+            r = measure_prompt(source, p, max(P_list), walks=walks, depth=depth, seed=seed, batch=batch)
         by_task.setdefault(p.task, []).append(r)
         if log:
             log(f"[{i + 1}/{len(items)}] {p.task} {p.id}: {r.n_tokens} prompt tokens, {r.seconds:.1f} s")
@@ -100,6 +119,8 @@ def run_llm(
         if save_pool:
             os.makedirs(save_pool, exist_ok=True)
         tasks.append(summarize_task(task, rs, P_list, surrogate_trees=trees, seed=seed, pool_path=pool))
+        if drafter:
+            tasks[-1]["drafter"] = summarize_drafter(drafted[task], P_list, n_layers=source.n_layers)
     if recorder is not None:
         recorder.save(record)
     from .estimate import CONVENTION
@@ -116,6 +137,7 @@ def run_llm(
         "dtype": dtype,
         "threads": threads,
         "convention": CONVENTION,
+        "drafter": drafter,
         "tasks": tasks,
         "timing": {
             "load_seconds": getattr(inner, "load_seconds", 0.0),
@@ -148,6 +170,10 @@ def print_llm(d: dict, out=sys.stdout) -> None:
             b = r.get("bounds", {})
             line = f"{r['P']:>5} {_f(r['mean'])} {_f(r['ci95'], 7)} {_f(r.get('surrogate'))} "
             print(line + " ".join(_f(b.get(n), 16) for n in names), file=out)
+        if t.get("drafter"):
+            from .llm.early_exit import print_drafter
+
+            print_drafter(t, out)
     tm = d["timing"]
     print(
         f"model phase {tm['model_phase_seconds']:.1f} s, {100 * (tm['forward_fraction'] or 0):.0f}% in forward "
@@ -177,6 +203,7 @@ def _cmd_llm(args) -> int:
         max_prompt_tokens=args.max_prompt_tokens,
         save_pool=args.save_pool,
         record=args.record,
+        drafter=args.drafter,
         log=None if args.json else (lambda m: print(m, file=sys.stderr)),
     )
     if args.json:

@@ -28,6 +28,7 @@ EXPERIMENTS = [
     "drafters",
     "spec_sampling",
     "drafter_gap",
+    "real_drafter",
 ]
 
 
