@@ -74,6 +74,13 @@ def run_llm(
     trees = check_positive_int("trees", trees)
     batch = check_positive_int("batch", batch)
     seed = check_positive_int("seed", seed, minimum=0)
+    from .theory import MIN_SPINE_WALKS
+
+    if walks * n < MIN_SPINE_WALKS:
+        raise BrwsimError(
+            f"--walks {walks} x --n {n} gives {walks * n} sampled continuations per task; the empirical bounds "
+            f"need at least {MIN_SPINE_WALKS}: raise --walks or --n"
+        )
     if drafter:
         from .llm.early_exit import parse_early_exit
 

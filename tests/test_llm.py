@@ -136,8 +136,8 @@ def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
     tiny.tokenizer = Ids()
     p = Prompt("t", "0", " ".join(map(str, PROMPT)))
     rec = Recorder(tiny)
-    r = measure_prompt(rec, p, P_max=6, walks=5, depth=6, seed=3, batch=3)
-    assert r.walks.xi.shape == (5, 6) and np.all(np.isfinite(r.walks.xi)) and np.all(r.walks.xi >= 0)
+    r = measure_prompt(rec, p, P_max=6, walks=16, depth=6, seed=3, batch=3)
+    assert r.walks.xi.shape == (16, 6) and np.all(np.isfinite(r.walks.xi)) and np.all(r.walks.xi >= 0)
     # the entropy of the first node is the root's
     root = tiny.open(PROMPT).root
     h0 = -(np.exp(root) * root).sum()
@@ -145,7 +145,7 @@ def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
     path = str(tmp_path / "saved.npz")
     rec.save(path)
     fs = FileSource(path)
-    r2 = measure_prompt(fs, p, P_max=6, walks=5, depth=6, seed=3, batch=3)
+    r2 = measure_prompt(fs, p, P_max=6, walks=16, depth=6, seed=3, batch=3)
     np.testing.assert_allclose(r2.oracle.values, r.oracle.values, rtol=2e-3)  # float16 rows
     assert r2.walks.tokens == r.walks.tokens
     d = summarize_task("t", [r], [1, 2, 6], surrogate_trees=64, seed=0)
