@@ -30,7 +30,7 @@ BOUNDS = ["theorem1_leading", "renewal", "asymptotic", "splitting", "dual"]
 
 def settings(quick: bool, seed: int) -> dict:
     if quick:
-        return dict(model="smollm2-135m", prompts="humaneval,pydoc", n=2, P=[1, 2, 4, 8, 16], walks=4, depth=16,
+        return dict(model="smollm2-135m", prompts="humaneval,pydoc", n=2, P=[1, 2, 4, 8, 16], walks=8, depth=16,
                     trees=300, seed=seed, batch=4, dtype="float32", threads=1)  # fmt: skip
     return dict(model="smollm2-135m", prompts="humaneval,pydoc", n=8, P=[1, 2, 4, 8, 16, 32, 64, 128],
                 walks=16, depth=48, trees=2000, seed=seed, batch=4, dtype="float32", threads=1)  # fmt: skip
@@ -109,19 +109,21 @@ def write_entropy(rows: list[dict]) -> None:
                         "mu2": mu2["mean"], "mu2_ci95": mu2["ci95"], "prompts": mu["trees"]})  # fmt: skip
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> dict:
     args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
     params = settings(args.quick, args.seed)
     rows = common.cached(NAME, {**params, "version": brwsim.__version__}, lambda: compute(params))
     common.write_rows(NAME, rows)
     write_entropy(rows)
     png = common.save_figure(figure(rows), NAME)
+    lines = []
     for r in rows:
         if r["statistic"] in ("mu", "mu2", "forward_fraction") or r["P"] in (1, 8, 64):
-            print(f"{r['law']:<28} P={str(r['P']):>4} {r['statistic']:<17} {r['mean']:.4f} +- {r['ci95']:.4f}")
+            lines.append(f"{r['law']} P={r['P']} {r['statistic']}: {r['mean']:.4f} +- {r['ci95']:.4f}")
+    print("\n".join(lines))
     print(f"wrote {png}")
-    return 0
+    return {"name": NAME, "figures": [png], "rows": len(rows), "summary": lines}
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
