@@ -27,8 +27,14 @@ import subprocess
 import sys
 import time
 
-import jax
-import numpy as np
+# --devices N splits each batch over N XLA CPU devices (one per core); the
+# flag must be set before jax is imported.
+if "--devices" in sys.argv[1:-1] and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    _flag = f"--xla_force_host_platform_device_count={sys.argv[sys.argv.index('--devices') + 1]}"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,14 +48,17 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch: int | None, log) -> dict:
+def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch: int | None, log, devices=None) -> dict:
     K = min(law.vocab, P)
-    B = batch or T.default_batch(law, P)
+    devs = T.resolve_devices(devices)
+    n_dev = len(devs) if devs else 1
+    B = batch or T.default_batch(law, P) * n_dev
+    B = -(-B // n_dev) * n_dev
     keys = tree_keys(0, 0, B)
     roots = root_rows(law, keys)
 
     t0 = time.perf_counter()
-    tree = jax.block_until_ready(T.oracle_batch(law, keys, P, K))
+    tree = jax.block_until_ready(T.oracle_batch(law, keys, P, K, devices=devs))
     first = time.perf_counter() - t0
     # exactness on a sample of trees (all of them when cheap)
     n_check = int(min(B, max(4, 20000 // P)))
@@ -74,7 +83,7 @@ def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch: int | No
     b_rates, r_rates = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(T.oracle_batch(law, keys, P, K))
+        jax.block_until_ready(T.oracle_batch(law, keys, P, K, devices=devs))
         b_rates.append(B / (time.perf_counter() - t0))
         t0 = time.perf_counter()
         reference_batch(rows, roots[:n_ref], P, K)
@@ -97,6 +106,7 @@ def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch: int | No
         "jax_float32_sum_rel_err": sum_err,
         "oracle_bytes_per_tree": T.oracle_memory(law, P, K),
         "peak_rss_mb": _peak_rss_mb(),
+        "devices": n_dev,
     }
     log(
         f"{P:>6} {B:>6} {b_med:>12.0f} {r_med:>12.1f} {res['ratio']:>7.1f} "
@@ -113,6 +123,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds per P (default 5)")
     ap.add_argument("--ref-seconds", type=float, default=0.4, help="reference time per round (default 0.4 s)")
     ap.add_argument("--batch", type=int, default=None, help="trees per oracle call (default: brwsim's default)")
+    ap.add_argument("--devices", type=int, default=None, help="split each batch over N XLA CPU devices (default 1)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     P_list = [int(x) for x in args.P.split(",") if x.strip()]
@@ -131,7 +142,7 @@ def main(argv=None) -> int:
         f"{'P':>6} {'batch':>6} {'brwsim t/s':>12} {'heapq t/s':>12} {'ratio':>7} {'[min, max]':>13} "
         f"{'compile':>8} {'rss MB':>8}"
     )
-    results = [bench_P(law, rows, P, args.repeats, args.ref_seconds, args.batch, log) for P in P_list]
+    results = [bench_P(law, rows, P, args.repeats, args.ref_seconds, args.batch, log, args.devices) for P in P_list]
     total = time.perf_counter() - t_start
     log(f"total {total:.0f} s")
     if args.json:

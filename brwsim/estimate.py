@@ -61,6 +61,18 @@ def default_batch(law: Law, P: int) -> int:
     return int(max(1, min(1024, 64 * 2**20 // per_tree)))
 
 
+def default_devices():
+    """``"all"`` when the default backend is the CPU with several devices (one per core), else None.
+
+    The command line sets up one XLA CPU device per core before jax starts
+    (:func:`brwsim.cli._one_cpu_device_per_core`); a plain ``import jax`` has
+    one CPU device, and accelerators are used one unless ``devices`` says more.
+    """
+    if jax.default_backend() == "cpu" and jax.device_count() > 1:
+        return "all"
+    return None
+
+
 def _progress(total: int, desc: str, enabled: bool | None):
     try:
         from tqdm import tqdm
@@ -92,7 +104,7 @@ def oracle_values(
     K = min(law.vocab, P_max)
     if isinstance(law, Pool) and law.truncated and K > law.vocab:  # pragma: no cover - guarded by min()
         raise BrwsimError("pool rows are too short for this P")
-    devs = tree_mod.resolve_devices(devices)
+    devs = tree_mod.resolve_devices(default_devices() if devices is None else devices)
     n_dev = len(devs) if devs else 1
     B = min(batch or tree_mod.default_batch(law, P_max) * n_dev, trees)
     B = -(-B // n_dev) * n_dev  # equal shares; padding trees are dropped

@@ -110,3 +110,30 @@ def test_table_output(capsys):
     out = capsys.readouterr().out
     assert "E[X]" in out and "tokens per call = X + 1" in out
     assert "0.5000" in out
+
+
+def test_cli_uses_one_device_per_core_with_identical_results():
+    """The command exposes one XLA CPU device per core and shards trees over them: same numbers."""
+    import os
+
+    def run(flags):
+        env = dict(os.environ, XLA_FLAGS=flags) if flags else {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        out = subprocess.run(
+            [sys.executable, "-m", "brwsim", "simulate", "--law", "dirichlet:V=30,alpha=0.2", "--P", "8,32",
+             "--trees", "21", "--seed", "4", "--json"],
+            capture_output=True, text=True, check=True, env=env,
+        ).stdout  # fmt: skip
+        return json.loads(out)["results"]
+
+    one = run("--xla_force_host_platform_device_count=1")
+    assert run("--xla_force_host_platform_device_count=3") == one
+    assert run(None) == one
+
+
+def test_default_devices_in_process():
+    import jax
+
+    from brwsim.estimate import default_devices
+
+    expected = "all" if jax.default_backend() == "cpu" and jax.device_count() > 1 else None
+    assert default_devices() == expected
