@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 
 import brwsim
 from experiments import common
@@ -39,7 +40,7 @@ def settings(quick: bool, seed: int) -> dict:
 def compute(params: dict) -> list[dict]:
     from brwsim.cli_llm import run_llm
 
-    d = run_llm(**params, log=lambda m: print(m, flush=True))
+    d = run_llm(**params, log=lambda m: print(m, file=sys.stderr, flush=True))
     rows = []
     tm = d["timing"]
     for t in d["tasks"]:
@@ -120,10 +121,10 @@ def main(argv=None) -> dict:
     for r in rows:
         if r["statistic"] in ("mu", "mu2", "forward_fraction") or r["P"] in (1, 8, 64):
             lines.append(f"{r['law']} P={r['P']} {r['statistic']}: {r['mean']:.4f} +- {r['ci95']:.4f}")
-    print("\n".join(lines))
-    print(f"wrote {png}")
     return {"name": NAME, "figures": [png], "rows": len(rows), "summary": lines}
 
 
 if __name__ == "__main__":
-    main()
+    info = main()
+    print("\n".join(info["summary"]))
+    print(f"wrote {info['figures'][0]}")
