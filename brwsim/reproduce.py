@@ -18,13 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-EXPERIMENTS = [
-    "entropy_table",
+EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows real_model writes
     "scaling_in_P",
     "collapse",
     "iid_vs_markov",
     "threshold_vs_oracle",
     "real_model",
+    "entropy_table",
     "drafters",
     "spec_sampling",
     "drafter_gap",
