@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from tiny_llm import tiny_llama
 
 from brwsim.errors import BrwsimError
 from brwsim.llm import INSTALL_HINT, missing_llm_modules, require_llm
@@ -24,28 +25,9 @@ PROMPT = [3, 1, 4, 1, 5]
 @pytest.fixture(scope="module")
 def tiny():
     """A 2-layer Llama with a 7-token vocabulary, random weights, peaked outputs."""
-    torch = pytest.importorskip("torch")
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from brwsim.llm.hf import HFSource
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=V,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(10.0)  # peaked distributions: a deep, narrow oracle tree
-    return HFSource(model, None, name="tiny", threads=1)
+    return HFSource(tiny_llama(V), None, name="tiny", threads=1)
 
 
 def full_logp(src, seqs):

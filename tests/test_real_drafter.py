@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from tiny_llm import tiny_llama
 
 from brwsim.errors import BrwsimError
 from brwsim.llm import missing_llm_modules
@@ -20,26 +21,7 @@ PROMPT = [3, 1, 4, 1, 5]
 
 
 def tiny_model(n_layers=LAYERS, seed=0):
-    torch = pytest.importorskip("torch")
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=V,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=n_layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(10.0)  # peaked distributions: a deep, narrow tree
-    return model
+    return tiny_llama(V, n_layers=n_layers, seed=seed)
 
 
 @pytest.fixture(scope="module")
