@@ -58,7 +58,7 @@ import numpy as np
 from .draftlaws import DraftLaw, node_pq, parse_draft_law, target_rank
 from .errors import BrwsimError, check_positive_int
 from .laws import Law, parse_law
-from .tree import DraftTree, child_key, state_key
+from .tree import DraftTree, child_key, empty_tree, record_node, state_key
 
 NEG_INF = -jnp.inf
 NAMES = ("oracle", "topq", "eagle", "chain", "static", "sequoia")
@@ -87,17 +87,6 @@ def _child(law: Law, parent_key, parent_state, prank):
 
 def _root(law: Law, tree_key):
     return law.init_state(state_key(tree_key))
-
-
-def _empty(P: int, kd):
-    return DraftTree(
-        parent=jnp.full((P,), -1, jnp.int32),
-        depth=jnp.zeros((P,), jnp.int32),
-        logP=jnp.full((P,), NEG_INF, jnp.float32),
-        rank=jnp.zeros((P,), jnp.int32),
-        state=jnp.zeros((P,), jnp.int32),
-        key=jnp.zeros((P,) + kd.shape, kd.dtype),
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -144,17 +133,10 @@ def topq_one(law: Law, dlaw: DraftLaw, tree_key, P: int, K: int) -> DraftTree:
         cand = cand.at[n].set(jnp.where(ok, sq + qv[0], NEG_INF))
         slot_q, slot_p = slot_q.at[n].set(sq), slot_p.at[n].set(lp)
         slot_key, slot_state, slot_depth = slot_key.at[n].set(kdn), slot_state.at[n].set(s), slot_depth.at[n].set(dep)
-        out = DraftTree(
-            parent=out.parent.at[i].set(j - 1),
-            depth=out.depth.at[i].set(dep),
-            logP=out.logP.at[i].set(jnp.where(ok, lp, NEG_INF)),
-            rank=out.rank.at[i].set(prank),
-            state=out.state.at[i].set(s),
-            key=out.key.at[i].set(kdn),
-        )
+        out = record_node(out, i, j - 1, dep, jnp.where(ok, lp, NEG_INF), prank, s, kdn)
         return qtab, ptab, rtab, cand, ptr, slot_q, slot_p, slot_key, slot_state, slot_depth, out
 
-    st = (qtab, ptab, rtab, cand, ptr, slot_q, slot_p, slot_key, slot_state, slot_depth, _empty(P, kd))
+    st = (qtab, ptab, rtab, cand, ptr, slot_q, slot_p, slot_key, slot_state, slot_depth, empty_tree(P, kd))
     return jax.lax.fori_loop(0, P, body, st)[-1]
 
 
@@ -287,17 +269,10 @@ def static_one(law: Law, dlaw: DraftLaw, tree_key, parents, qranks, K: int) -> D
         kdn = jax.random.key_data(k)
         ptab, rtab, slot_p = ptab.at[n].set(pv), rtab.at[n].set(rv), slot_p.at[n].set(lp)
         slot_key, slot_state, slot_depth = slot_key.at[n].set(kdn), slot_state.at[n].set(s), slot_depth.at[n].set(dep)
-        out = DraftTree(
-            parent=out.parent.at[i].set(j - 1),
-            depth=out.depth.at[i].set(dep),
-            logP=out.logP.at[i].set(lp),
-            rank=out.rank.at[i].set(prank),
-            state=out.state.at[i].set(s),
-            key=out.key.at[i].set(kdn),
-        )
+        out = record_node(out, i, j - 1, dep, lp, prank, s, kdn)
         return ptab, rtab, slot_p, slot_key, slot_state, slot_depth, out
 
-    st = (ptab, rtab, slot_p, slot_key, slot_state, slot_depth, _empty(P, kd))
+    st = (ptab, rtab, slot_p, slot_key, slot_state, slot_depth, empty_tree(P, kd))
     return jax.lax.fori_loop(0, P, body, st)[-1]
 
 

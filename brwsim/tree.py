@@ -92,6 +92,30 @@ def child_node(law: Law, parent_key, parent_state, rank, K: int):
     return k, s, law.node_logp(dist_key(k), s, K)
 
 
+def empty_tree(P: int, kd) -> DraftTree:
+    """A DraftTree of P unused slots (logP = -inf); ``kd`` is a key-data example for the key field."""
+    return DraftTree(
+        parent=jnp.full((P,), -1, jnp.int32),
+        depth=jnp.zeros((P,), jnp.int32),
+        logP=jnp.full((P,), NEG_INF, jnp.float32),
+        rank=jnp.zeros((P,), jnp.int32),
+        state=jnp.zeros((P,), jnp.int32),
+        key=jnp.zeros((P,) + kd.shape, kd.dtype),
+    )
+
+
+def record_node(out: DraftTree, i, parent, depth, logP, rank, state, key_data) -> DraftTree:
+    """``out`` with slot ``i`` set to the given node (drafters fill their trees one node at a time)."""
+    return DraftTree(
+        parent=out.parent.at[i].set(parent),
+        depth=out.depth.at[i].set(depth),
+        logP=out.logP.at[i].set(logP),
+        rank=out.rank.at[i].set(rank),
+        state=out.state.at[i].set(state),
+        key=out.key.at[i].set(key_data),
+    )
+
+
 def oracle_one(law: Law, tree_key, P: int, K: int) -> DraftTree:
     """The oracle tree T*_P of one realised tree (best-first search).
 
@@ -107,14 +131,7 @@ def oracle_one(law: Law, tree_key, P: int, K: int) -> DraftTree:
     slot_key = jnp.zeros((S,) + kd.shape, kd.dtype).at[0].set(kd)
     slot_state = jnp.zeros((S,), jnp.int32).at[0].set(s0)
     slot_depth = jnp.zeros((S,), jnp.int32)
-    out = DraftTree(
-        parent=jnp.full((P,), -1, jnp.int32),
-        depth=jnp.zeros((P,), jnp.int32),
-        logP=jnp.full((P,), NEG_INF, jnp.float32),
-        rank=jnp.zeros((P,), jnp.int32),
-        state=jnp.zeros((P,), jnp.int32),
-        key=jnp.zeros((P,) + kd.shape, kd.dtype),
-    )
+    out = empty_tree(P, kd)
     impl = jax.random.key_impl(tree_key)
 
     def body(i, st):
@@ -136,14 +153,7 @@ def oracle_one(law: Law, tree_key, P: int, K: int) -> DraftTree:
         slot_key = slot_key.at[n].set(kd_new)
         slot_state = slot_state.at[n].set(s)
         slot_depth = slot_depth.at[n].set(dep)
-        out = DraftTree(
-            parent=out.parent.at[i].set(j - 1),
-            depth=out.depth.at[i].set(dep),
-            logP=out.logP.at[i].set(lp),
-            rank=out.rank.at[i].set(r),
-            state=out.state.at[i].set(s),
-            key=out.key.at[i].set(kd_new),
-        )
+        out = record_node(out, i, j - 1, dep, lp, r, s, kd_new)
         return tab, cand, ptr, slot_lp, slot_key, slot_state, slot_depth, out
 
     st = (tab, cand, ptr, slot_lp, slot_key, slot_state, slot_depth, out)
