@@ -162,7 +162,8 @@ def _f(x, w=9):
     return f"{x:>{w}.3f}"
 
 
-def print_llm(d: dict, out=sys.stdout) -> None:
+def print_llm(d: dict, out=None) -> None:
+    out = out or sys.stdout
     print(f"model {d['model']} (vocab {d['vocab_size']}), prompts {d['prompts']}, {d['convention']}", file=out)
     for t in d["tasks"]:
         print(

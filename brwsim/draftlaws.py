@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import BrwsimError
-from .laws import Law, parse_law, registrar
+from .laws import Law, parse_key_values, parse_law, registrar
 from .tree import dist_key, state_key
 
 DRAFT_TAG = 2**32 - 8
@@ -192,14 +192,7 @@ def parse_draft_law(spec: str | DraftLaw | None) -> DraftLaw:
             raise BrwsimError(f"draft law {spec!r}: write law= as its own key, last, e.g. mix:w=0.3,law=SPEC")
         kv["law"] = law_text.strip()
         rest = head
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        if "=" not in item:
-            raise BrwsimError(f"draft law {spec!r}: {item!r} is not key=value")
-        k, _, v = item.partition("=")
-        k = k.strip()
-        if k in kv:
-            raise BrwsimError(f"draft law {spec!r}: key {k!r} given twice")
-        kv[k] = v.strip()
+    parse_key_values(rest, f"draft law {spec!r}", kv)
     need = _KEYS[family]
     if kv.keys() != need:
         missing, extra = need - kv.keys(), kv.keys() - need

@@ -54,13 +54,6 @@ def tree_keys(seed: int, start: int, count: int, stream: int = 0):
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(idx)
 
 
-def default_batch(law: Law, P: int) -> int:
-    """Trees per jitted step: keep the per-step node tables near 64 MB."""
-    K = min(law.vocab, P)
-    per_tree = 4 * ((P + 1) * K + 4 * law.vocab) + 64 * P
-    return int(max(1, min(1024, 64 * 2**20 // per_tree)))
-
-
 def default_devices():
     """``"all"`` when the default backend is the CPU with several devices (one per core), else None.
 
@@ -102,8 +95,6 @@ def oracle_values(
     of one device.
     """
     K = min(law.vocab, P_max)
-    if isinstance(law, Pool) and law.truncated and K > law.vocab:  # pragma: no cover - guarded by min()
-        raise BrwsimError("pool rows are too short for this P")
     devs = tree_mod.resolve_devices(default_devices() if devices is None else devices)
     n_dev = len(devs) if devs else 1
     B = min(batch or tree_mod.default_batch(law, P_max) * n_dev, trees)

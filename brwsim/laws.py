@@ -484,6 +484,23 @@ def fixed_law(probs) -> Fixed:
     return Fixed(logp=jnp.asarray(lp, jnp.float32))
 
 
+def parse_key_values(rest: str, where: str, kv: dict[str, str] | None = None) -> dict[str, str]:
+    """``key=value,...`` of a SPEC into a dict (added to ``kv`` if given).
+
+    ``where`` starts each error message, e.g. ``law 'dirichlet:V=3'``.
+    """
+    kv = {} if kv is None else kv
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        if "=" not in item:
+            raise BrwsimError(f"{where}: {item!r} is not key=value")
+        k, _, v = item.partition("=")
+        k = k.strip()
+        if k in kv:
+            raise BrwsimError(f"{where}: key {k!r} given twice")
+        kv[k] = v.strip()
+    return kv
+
+
 def parse_law(spec: str | Law) -> Law:
     """Build a law from ``family:key=value,...`` (see the module docstring).
 
@@ -509,15 +526,7 @@ def parse_law(spec: str | Law) -> Law:
     family = family.strip().lower()
     if family not in _SPEC_KEYS:
         raise BrwsimError(f"law {spec!r}: unknown family {family!r}; use one of {', '.join(sorted(_SPEC_KEYS))}")
-    kv: dict[str, str] = {}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        if "=" not in item:
-            raise BrwsimError(f"law {spec!r}: {item!r} is not key=value")
-        k, _, v = item.partition("=")
-        k = k.strip()
-        if k in kv:
-            raise BrwsimError(f"law {spec!r}: key {k!r} given twice")
-        kv[k] = v.strip()
+    kv = parse_key_values(rest, f"law {spec!r}")
     required, optional = _SPEC_KEYS[family]
     missing = required - kv.keys()
     if missing:

@@ -476,8 +476,6 @@ def sample_accepted_one(law: Law, tree_key, tree: DraftTree, walk_key, K: int) -
     outcome, which no tree node can hold); the walk goes on while the drawn
     child is a node of ``tree``. Returns the accepted length L(T).
     """
-    P = tree.logP.shape[-1]
-    impl = jax.random.key_impl(tree_key)
     valid = tree.logP > NEG_INF
 
     def logits_of(d):
@@ -499,7 +497,6 @@ def sample_accepted_one(law: Law, tree_key, tree: DraftTree, walk_key, K: int) -
         return found, jnp.where(found, nxt, cur), depth + found.astype(jnp.int32), dn, k, s
 
     init = (jnp.bool_(True), jnp.int32(-1), jnp.int32(0), d0, tree_key, s0)
-    del impl, P
     return jax.lax.while_loop(cond, body, init)[2]
 
 
