@@ -66,6 +66,14 @@ class TableLaw(Law):
             return row[:K]
         return jnp.concatenate([row, jnp.full((K - row.shape[0],), -jnp.inf, row.dtype)])
 
+    indexed = True
+
+    def row_table(self, K: int):
+        return jax.vmap(lambda r: self.node_logp(None, r, K))(jnp.arange(self.logp.shape[0]))
+
+    def node_row(self, key, state):
+        return jnp.asarray(state, jnp.int32)
+
     def init_state(self, key):
         return jax.random.randint(key, (), 0, self.logp.shape[0]).astype(jnp.int32)
 

@@ -24,6 +24,13 @@ Interface (all methods are jittable and work on a single node; vmap for more):
 ``init_state(key) -> i32``, ``child_state(key, parent_state, rank) -> i32``
     the hidden-state dynamics (always 0 for i.i.d. laws).
 
+Indexed laws (``indexed = True``: ``fixed``, ``pool``, a ``markov`` law whose
+states are all indexed) draw every node's distribution from a fixed table:
+``row_table(K) -> f32[N, K]`` (sorted rows) and ``node_row(key, state) -> i32``
+with ``node_logp(key, state, K) == row_table(K)[node_row(key, state)]``, bit
+for bit. The oracle then stores one row index per node instead of ``K``
+log-probabilities.
+
 Families: ``fixed``, ``dirichlet``, ``logitnormal``, ``zipf``, ``pool`` (an
 empirical set of distributions read from a file) and ``markov`` (hidden
 states, a law per state, a kernel on the child's rank). Build one from a SPEC
@@ -105,6 +112,13 @@ class Law:
 
     family = "law"
     n_states = 1
+    indexed = False  # True when node distributions are rows of row_table(K), see node_row
+
+    def row_table(self, K: int):  # pragma: no cover - overridden by indexed laws
+        raise NotImplementedError
+
+    def node_row(self, key, state):  # pragma: no cover - overridden by indexed laws
+        raise NotImplementedError
 
     @property
     def vocab(self) -> int:  # pragma: no cover - overridden
@@ -162,6 +176,14 @@ class Fixed(Law):
 
     def node_logp(self, key, state, K: int):
         return topk_sorted(self.logp, K)
+
+    indexed = True
+
+    def row_table(self, K: int):
+        return topk_sorted(self.logp, K)[None]
+
+    def node_row(self, key, state):
+        return jnp.int32(0)
 
     @property
     def deterministic(self) -> bool:
@@ -298,15 +320,23 @@ class Pool(Law):
         return self.logp[self._row(key)]
 
     def node_logp(self, key, state, K: int):
-        row = self.logp[self._row(key)]
-        if K <= row.shape[0]:
-            return row[:K]
+        return self.row_table(K)[self._row(key)]
+
+    indexed = True
+
+    def row_table(self, K: int):
+        n, k = self.logp.shape
+        if K <= k:
+            return self.logp[:, :K]
         if self.truncated:
             raise BrwsimError(
-                f"pool {self.path!r} keeps only the top {row.shape[0]} entries per row but "
+                f"pool {self.path!r} keeps only the top {k} entries per row but "
                 f"{K} children per node are needed; save more entries per row or lower P"
             )
-        return jnp.concatenate([row, jnp.full((K - row.shape[0],), -jnp.inf, row.dtype)])
+        return jnp.concatenate([self.logp, jnp.full((n, K - k), -jnp.inf, self.logp.dtype)], axis=1)
+
+    def node_row(self, key, state):
+        return self._row(key).astype(jnp.int32)
 
     def exact_moments(self):
         return float(np.mean(np.asarray(self.entropy, np.float64))), float(np.mean(np.asarray(self.m2, np.float64)))
@@ -365,6 +395,18 @@ class Markov(Law):
 
     def node_logp(self, key, state, K: int):
         branches = [lambda k, law=law: law.node_logp(k, 0, K) for law in self.laws]
+        return jax.lax.switch(state, branches, key)
+
+    @property
+    def indexed(self) -> bool:  # type: ignore[override]
+        return all(law.indexed for law in self.laws)
+
+    def row_table(self, K: int):
+        return jnp.concatenate([law.row_table(K) for law in self.laws], axis=0)
+
+    def node_row(self, key, state):
+        offsets = np.cumsum([0] + [law.row_table(1).shape[0] for law in self.laws])[:-1]
+        branches = [lambda k, law=law, o=int(o): law.node_row(k, 0) + o for law, o in zip(self.laws, offsets)]
         return jax.lax.switch(state, branches, key)
 
     def init_state(self, key):

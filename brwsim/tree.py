@@ -31,6 +31,7 @@ entries per node suffice; nothing past them can be needed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from functools import cache, partial
 from typing import NamedTuple
@@ -160,10 +161,18 @@ def oracle_one(law: Law, tree_key, P: int, K: int) -> DraftTree:
     return jax.lax.fori_loop(0, P, body, st)[-1]
 
 
-def _block_size(S: int) -> int:
-    """Frontier block: a power of two near sqrt(S), so a step costs O(sqrt(S))."""
-    b = 1 << max(2, round(math.log2(max(S, 4)) / 2))
-    return min(b, 1 << max(2, (S - 1).bit_length()))
+def _frontier_shape(S: int) -> tuple[int, int, int]:
+    """(A, G1, G0): the frontier's S slots as A groups of G1 blocks of G0 slots.
+
+    Measured on XLA CPU (benchmarks/README.md): an argmax over a row of 8-16
+    gathered entries is cheap and gets slow past 16, a min over the A groups
+    (a leading axis, vectorised over the batch) stays cheap up to ~30; so
+    blocks of 8, up to 16 blocks a group, about 24 slots or fewer per group.
+    """
+    G0, G1 = 8, 1
+    while G1 < 16 and G0 * G1 * 24 < S:
+        G1 *= 2
+    return -(-S // (G0 * G1)), G1, G0
 
 
 def _tail_bound(d: jax.Array, V: int) -> jax.Array:
@@ -182,14 +191,13 @@ def _rotl(x, d: int):
     return (x << jnp.uint32(d)) | (x >> jnp.uint32(32 - d))
 
 
-def _threefry_fold_in(kd: jax.Array, data: jax.Array) -> jax.Array:
-    """``key_data(fold_in(k, data))`` for threefry2x32 key data ``kd[..., 2]``, bit for bit.
+def _threefry_words(k1: jax.Array, k2: jax.Array, data) -> tuple[jax.Array, jax.Array]:
+    """The two words of ``key_data(fold_in(k, data))`` for threefry2x32 key words (k1, k2), bit for bit.
 
     JAX's fold_in is ``threefry_2x32(k, [0, data])``; on CPU its lowering is a
     rolled loop (a nested while loop per call), which inside the oracle's own
     loop costs more than the arithmetic. This is the same 20 rounds unrolled.
     """
-    k1, k2 = kd[..., 0], kd[..., 1]
     ks = (k1, k2, k1 ^ k2 ^ jnp.uint32(0x1BD11BDA))
     rot = ((13, 15, 26, 6), (17, 29, 16, 24))
     x0, x1 = k1, jnp.asarray(data).astype(jnp.uint32) + k2
@@ -199,7 +207,43 @@ def _threefry_fold_in(kd: jax.Array, data: jax.Array) -> jax.Array:
             x1 = x0 ^ _rotl(x1, r)
         x0 = x0 + ks[(i + 1) % 3]
         x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
-    return jnp.stack([x0, x1], axis=-1)
+    return x0, x1
+
+
+def _threefry_fold_in(kd: jax.Array, data: jax.Array) -> jax.Array:
+    """``key_data(fold_in(k, data))`` for threefry2x32 key data ``kd[..., 2]`` (see :func:`_threefry_words`)."""
+    return jnp.stack(_threefry_words(kd[..., 0], kd[..., 1], data), axis=-1)
+
+
+@contextlib.contextmanager
+def unrolled_threefry():
+    """Lower threefry unrolled on CPU (as JAX does on GPU) for the programs compiled inside.
+
+    On CPU JAX lowers every threefry call (``fold_in``, ``randint``,
+    ``categorical``, ...) to a rolled 5-iteration while loop: each iteration's
+    tiny ops are dispatched one by one, which inside the oracle's loop costs
+    more than the arithmetic (at P = 16 the root's ``randint`` alone took 40%
+    of the kernel). This swaps in JAX's own unrolled lowering for the
+    compilations made inside the block: the same bits, a different loop
+    structure. Programs already compiled keep theirs. If this JAX version's
+    internals differ, the block runs unchanged.
+    """
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.random import threefry2x32 as tf
+
+        table = mlir._platform_specific_lowerings["cpu"]
+        prim = tf.threefry2x32_p
+        old = table[prim]
+        new = mlir.LoweringRuleEntry(tf._threefry2x32_lowering_rule, False)
+    except Exception:  # pragma: no cover - other JAX internals
+        yield
+        return
+    table[prim] = new
+    try:
+        yield
+    finally:
+        table[prim] = old
 
 
 def _zero_of(x: jax.Array) -> jax.Array:
@@ -207,125 +251,194 @@ def _zero_of(x: jax.Array) -> jax.Array:
     return jnp.isnan(x).astype(jnp.float32) * 0.0
 
 
-@partial(jax.jit, static_argnames=("P", "K", "Kc", "blk"))
-def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, blk: int):
+# fields of a node record (int32 words; float32 and key data bitcast); key words follow, then the parent
+_LP, _DEP, _ST, _ROW, _PTR, _KD = 0, 1, 2, 3, 4, 5
+
+
+def _as_i32(x: jax.Array) -> jax.Array:
+    return x if x.dtype == jnp.int32 else jax.lax.bitcast_convert_type(x, jnp.int32)
+
+
+@partial(jax.jit, static_argnames=("P", "K", "Kc", "shape"))
+def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, shape: tuple[int, int, int]):
     """Best-first search for a batch of trees at once; returns (tree, dropped).
 
-    Layout: the frontier ``cand`` (the path log-prob of each taken node's next
-    child) is ``[nblk, B, blk]`` with block maxima ``bmax[nblk, B]``; a step
-    finds the largest block maximum with max reductions (no argmax), the first
-    block and the first slot in it holding that value (lowest slot index =
-    earliest-taken parent, the reference tie-break), and rewrites one block
-    maximum. Slot ``n = i + 1`` of step ``i`` is the same for every tree, so
-    all writes of the new node are dynamic-update-slices; only the taken
-    parent's entries are per-tree scatters. Only ``Kc <= K`` sorted entries of
-    each node are kept; ``dropped[b]`` is an upper bound on the path log-prob
-    of every child that was not kept (``-inf`` if none).
+    The frontier (the path log-prob of each taken node's next child, one slot
+    per node taken, slot 0 the root) is a three-level max structure with the
+    batch on the last axis: slot values ``v0[A, G1, G0, B]``, block maxima
+    ``v1[A, G1, B]``, group maxima ``v2[A, B]`` (``shape = (A, G1, G0)``). A
+    step finds the largest group maximum, the first group, block and slot
+    holding it (lowest slot index = earliest-taken parent, the reference
+    tie-break) with max and min reductions over leading axes (no argmax), and
+    rewrites one entry per level. Slot ``n = i + 1`` of step ``i`` is the same
+    for every tree, so every write of the new node is a dynamic-update-slice;
+    only the taken parent's entries are per-tree scatters. A node's fields
+    (log P, depth, state, row, next-child pointer, key, parent) are one record
+    ``rec[n, b]`` of int32 words, so a step reads its parent with one gather.
+
+    Node distributions: for an indexed law (``law.indexed``) a node keeps only
+    its row of ``law.row_table(K)``; otherwise its ``Kc <= K`` largest sorted
+    entries (a ``[S, B, Kc]`` table), and ``dropped[b]`` is an upper bound on
+    the path log-prob of every child that was not kept (``-inf`` if none).
     """
     B = tree_keys.shape[0]
     S = P + 1
-    nblk = -(-S // blk)
+    A, G1, G0 = shape
     impl = jax.random.key_impl(tree_keys)
     kd_root = jax.random.key_data(tree_keys)  # [B, *ks]
     ks = kd_root.shape[1:]
+    nk = math.prod(ks)
+    kdt = kd_root.dtype
     V = law.vocab
-    trunc = Kc < K
-    f32 = jnp.float32
+    indexed = law.indexed
+    trunc = Kc < K and not indexed
+    f32, i32 = jnp.float32, jnp.int32
+    PAR = _KD + nk
+    F = PAR + 1
 
-    s0, d0 = jax.vmap(lambda k: root_node(law, k, Kc))(tree_keys)
-    d0 = d0.astype(f32)
-    b_ix = jnp.arange(B, dtype=jnp.int32)
-    blk_ix = jnp.arange(blk, dtype=jnp.int32)
-    nblk_ix = jnp.arange(nblk, dtype=jnp.int32)[:, None]
+    def key_of(words):
+        return jax.random.wrap_key_data(jnp.stack(words, axis=-1).reshape((B,) + ks), impl=impl)
 
-    cand = jnp.full((nblk, B, blk), NEG_INF, f32).at[0, :, 0].set(d0[:, 0])
-    bmax = jnp.full((nblk, B), NEG_INF, f32).at[0].set(d0[:, 0])
-    # slot-major: the new node's row of every tree is one contiguous block
-    tab = jnp.full((S, B, Kc), NEG_INF, f32).at[0].set(d0)
-    tail = jnp.full((S, B), NEG_INF, f32)
-    if trunc:
-        tail = tail.at[0].set(_tail_bound(d0, V))
-    ptr = jnp.zeros((S, B), jnp.int32)
-    lp = jnp.zeros((S, B), f32)
-    par = jnp.full((S, B), -1, jnp.int32)
-    dep = jnp.zeros((S, B), jnp.int32)
-    rk = jnp.zeros((S, B), jnp.int32)
-    st = jnp.zeros((S, B), jnp.int32).at[0].set(s0)
-    kd = jnp.zeros((S, B) + ks, kd_root.dtype).at[0].set(kd_root)
+    if str(impl) == "threefry2x32" and ks == (2,):  # the node keys with the unrolled fold_in (same bits)
+
+        def fold(words, data):
+            return _threefry_words(words[0], words[1], data)
+    else:
+
+        def fold(words, data):
+            kd = jax.random.key_data(jax.vmap(jax.random.fold_in)(key_of(words), jnp.broadcast_to(data, (B,))))
+            kd = kd.reshape(B, nk)
+            return tuple(kd[:, w] for w in range(nk))
+
+    if indexed:
+        table = law.row_table(Kc).astype(f32)  # [N, Kc]
+
+        def draw(words, s):
+            return jax.vmap(law.node_row)(key_of(fold(words, 0)), s).astype(i32)
+
+        def first(row):
+            return table[row, 0]
+    else:
+
+        def draw(words, s):
+            return jax.vmap(lambda k, s: law.node_logp(k, s, Kc))(key_of(fold(words, 0)), s).astype(f32)
+
+        def first(d):
+            return d[:, 0]
+
+    root_words = tuple(kd_root.reshape(B, nk)[:, w] for w in range(nk))
+    s0 = jax.vmap(law.init_state)(key_of(fold(root_words, 1))).astype(i32)
+    d0 = draw(root_words, s0)
+    c0 = first(d0)
+    b_ix = jnp.arange(B, dtype=i32)
+    a_ix = jnp.arange(A, dtype=i32)[:, None]
+    g1_ix = jnp.arange(G1, dtype=i32)[:, None]
+    g0_ix = jnp.arange(G0, dtype=i32)[:, None]
+
+    v0 = jnp.full((A, G1, B, G0), NEG_INF, f32).at[0, 0, :, 0].set(c0)
+    v1 = jnp.full((A, B, G1), NEG_INF, f32).at[0, :, 0].set(c0)
+    v2 = jnp.full((A, B), NEG_INF, f32).at[0].set(c0)
+    w0 = [jnp.zeros((B,), i32)] * F
+    w0[_ST] = s0
+    w0[PAR] = jnp.full((B,), -1, i32)
+    if indexed:
+        w0[_ROW] = d0
+    w0[_KD:PAR] = [_as_i32(w) for w in root_words]
+    rec = jnp.zeros((S, B, F), i32).at[0].set(jnp.stack(w0, axis=1))
+    rk = jnp.zeros((S, B), i32)
+    if indexed:
+        tab = tail = None
+    else:
+        # slot-major: the new node's row of every tree is one contiguous block
+        tab = jnp.full((S, B, Kc), NEG_INF, f32).at[0].set(d0)
+        tail = jnp.full((S, B), NEG_INF, f32).at[0].set(_tail_bound(d0, V)) if trunc else None
     dropped = jnp.full((B,), NEG_INF, f32)
 
-    fast = str(impl) == "threefry2x32" and ks == (2,)
-
-    def gen(pkd, pstate, r):
-        if not fast:
-            pk = jax.random.wrap_key_data(pkd, impl=impl)
-            k, s, d = child_node(law, pk, pstate, r, Kc)
-            return jax.random.key_data(k), s, d.astype(f32)
-        # child_node with the unrolled fold_in (same bits)
-        kd = _threefry_fold_in(pkd, 2 + r)
-        wrap = lambda x: jax.random.wrap_key_data(x, impl=impl)
-        s = law.child_state(wrap(_threefry_fold_in(kd, 1)), pstate, r)
-        d = law.node_logp(wrap(_threefry_fold_in(kd, 0)), s, Kc)
-        return kd, s, d.astype(f32)
+    def first_max(x, m, ix, n):
+        """Index of the first entry of x (along axis 0) equal to m."""
+        return jnp.minimum(jnp.min(jnp.where(x == m, ix, n), axis=0), n - 1)
 
     def body(i, carry):
-        cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped = carry
+        v0, v1, v2, rec, rk, tab, tail, dropped = carry
         n = i + 1
-        # exact argmax of the frontier from max reductions
-        m = jnp.max(bmax, axis=0)  # [B]
-        jb = jnp.min(jnp.where(bmax == m, nblk_ix, nblk), axis=0)
-        jb = jnp.minimum(jb, nblk - 1)
-        row = cand[jb, b_ix]  # [B, blk]
-        jj = jnp.min(jnp.where(row == m[:, None], blk_ix, blk), axis=1)
-        jj = jnp.minimum(jj, blk - 1)
-        j = jb * blk + jj
-        r = ptr[j, b_ix]
-        plp = lp[j, b_ix]
+        # the frontier's largest entry and its first slot (a, g, c), from max/min reductions
+        m = jnp.max(v2, axis=0)  # [B]
+        a = first_max(v2, m, a_ix, A)
+        # (argmax over a contiguous row returns the first maximum: the lowest index)
+        r1v = v1[a, b_ix]  # [B, G1]: the blocks of group a
+        g = jnp.argmax(r1v, axis=1).astype(i32)
+        r0v = v0[a, g, b_ix]  # [B, G0]: the slots of block (a, g)
+        c = jnp.argmax(r0v, axis=1).astype(i32)
+        j = (a * G1 + g) * G0 + c
+        pr = rec[j, b_ix]  # [B, F]: the parent's record
+        r = pr[:, _PTR]
+        plp = jax.lax.bitcast_convert_type(pr[:, _LP], f32)
+        pwords = tuple(jax.lax.bitcast_convert_type(pr[:, _KD + w], kdt) for w in range(nk))
         r1 = r + 1
-        nxt = jnp.where(r1 < Kc, tab[j, b_ix, jnp.minimum(r1, Kc - 1)], NEG_INF)
-        pkd, pst, pdep = kd[j, b_ix], st[j, b_ix], dep[j, b_ix]
+        rc = jnp.minimum(r1, Kc - 1)
+        nxt = table[pr[:, _ROW], rc] if indexed else tab[j, b_ix, rc]
+        nxt = jnp.where(r1 < Kc, nxt, NEG_INF)
         if trunc:
             bound = plp + jnp.minimum(tab[j, b_ix, Kc - 1], tail[j, b_ix])
             dropped = jnp.where(r1 >= Kc, jnp.maximum(dropped, bound), dropped)
         # the new node (slot n, the same for every tree)
-        kn, sn, dn = jax.vmap(gen)(pkd, pst, r)
+        kw = fold(pwords, 2 + r)
+        sn = jax.vmap(law.child_state)(key_of(fold(kw, 1)), pr[:, _ST], r).astype(i32)
+        dn = draw(kw, sn)
         # Tie every value written below to every per-tree read above: without a
         # data dependency XLA cannot prove the reads happen before the in-place
         # writes and copies whole arrays every step.
         # (an optimization_barrier does not do it; a float zero does).
         zero = _zero_of(nxt) + _zero_of(plp) + (_zero_of(dropped) if trunc else 0.0)
-        dn = dn + zero[:, None]
         m = m + zero
+        # the taken parent's next child replaces it in the frontier
         c_new = plp + nxt
-        row = jnp.where(blk_ix == jj[:, None], c_new[:, None], row)
-        cand = cand.at[jb, b_ix, jj].set(c_new, unique_indices=True)
-        bmax = bmax.at[jb, b_ix].set(jnp.max(row, axis=1), unique_indices=True)
-        ptr = ptr.at[j, b_ix].set(r1, unique_indices=True)
-        # write slot n
-        cn = m + dn[:, 0]
-        nb, no = n // blk, n % blk
-        cand = jax.lax.dynamic_update_slice(cand, cn[None, :, None], (nb, 0, no))
-        bm = jax.lax.dynamic_slice(bmax, (nb, 0), (1, B))
-        bmax = jax.lax.dynamic_update_slice(bmax, jnp.maximum(bm, cn[None]), (nb, 0))
+        m1 = jnp.max(jnp.where(g0_ix[:, 0] == c[:, None], c_new[:, None], r0v), axis=1)
+        m2 = jnp.max(jnp.where(g1_ix[:, 0] == g[:, None], m1[:, None], r1v), axis=1)
+        v0 = v0.at[a, g, b_ix, c].set(c_new, unique_indices=True)
+        v1 = v1.at[a, b_ix, g].set(m1, unique_indices=True)
+        v2 = v2.at[a, b_ix].set(m2, unique_indices=True)
+        rec = rec.at[j, b_ix, _PTR].set(r1, unique_indices=True)
+        # the new node's best child enters at slot n
+        if indexed:
+            cn = m + first(dn)
+        else:
+            dn = dn + zero[:, None]
+            cn = m + dn[:, 0]
+        na, ng, nc = n // (G1 * G0), (n // G0) % G1, n % G0
+        v0 = jax.lax.dynamic_update_slice(v0, cn[None, None, :, None], (na, ng, 0, nc))
+        old1 = jax.lax.dynamic_slice(v1, (na, 0, ng), (1, B, 1))
+        v1 = jax.lax.dynamic_update_slice(v1, jnp.maximum(old1, cn[None, :, None]), (na, 0, ng))
+        old2 = jax.lax.dynamic_slice(v2, (na, 0), (1, B))
+        v2 = jax.lax.dynamic_update_slice(v2, jnp.maximum(old2, cn), (na, 0))
+        words = [None] * F
+        words[_LP] = _as_i32(m)
+        words[_DEP] = pr[:, _DEP] + 1
+        words[_ST] = sn
+        words[_ROW] = dn if indexed else jnp.zeros((B,), i32)
+        words[_PTR] = jnp.zeros((B,), i32)
+        words[_KD:PAR] = [_as_i32(w) for w in kw]
+        words[PAR] = j - 1
+        rec = jax.lax.dynamic_update_slice(rec, jnp.stack(words, axis=1)[None], (n, 0, 0))
+        rk = jax.lax.dynamic_update_slice(rk, r[None], (n, 0))
+        if not indexed:
+            tab = jax.lax.dynamic_update_slice(tab, dn[None], (n, 0, 0))
+            if trunc:
+                tail = jax.lax.dynamic_update_slice(tail, _tail_bound(dn, V)[None], (n, 0))
+        return v0, v1, v2, rec, rk, tab, tail, dropped
 
-        def put(a, v):
-            return jax.lax.dynamic_update_slice(a, v[None], (n,) + (0,) * (a.ndim - 1))
-
-        tab = put(tab, dn)
-        if trunc:
-            tail = put(tail, _tail_bound(dn, V))
-        lp = put(lp, m)
-        par = put(par, j - 1)
-        dep = put(dep, pdep + 1)
-        rk = put(rk, r)
-        st = put(st, sn)
-        kd = put(kd, kn)
-        return cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped
-
-    carry = (cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped)
-    cand, bmax, tab, tail, ptr, lp, par, dep, rk, st, kd, dropped = jax.lax.fori_loop(0, P, body, carry)
-    out = lambda a: jnp.moveaxis(a[1:], 0, 1)
-    tree = DraftTree(parent=out(par), depth=out(dep), logP=out(lp), rank=out(rk), state=out(st), key=out(kd))
+    carry = jax.lax.fori_loop(0, P, body, (v0, v1, v2, rec, rk, tab, tail, dropped))
+    rec, rk, dropped = carry[3], carry[4], carry[-1]
+    rec = jnp.moveaxis(rec[1:], 0, 1)  # [B, P, F]
+    kd = jax.lax.bitcast_convert_type(rec[..., _KD:PAR], kdt).reshape((B, P) + ks)
+    tree = DraftTree(
+        parent=rec[..., PAR],
+        depth=rec[..., _DEP],
+        logP=jax.lax.bitcast_convert_type(rec[..., _LP], f32),
+        rank=jnp.moveaxis(rk[1:], 0, 1),
+        state=rec[..., _ST],
+        key=kd,
+    )
     return tree, dropped
 
 
@@ -350,30 +463,34 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
     if P < 1 or K < 1:
         raise BrwsimError(f"oracle needs P >= 1 and K >= 1, got P={P}, K={K}")
     traced = isinstance(tree_keys, jax.core.Tracer)
-    Kc = K if traced else keep_entries(P, K, K_keep)
-    blk = _block_size(P + 1)
+    Kc = keep_entries(P, K, K_keep)
+    if traced or law.indexed:  # an indexed law keeps a row index per node, not its entries
+        Kc = K
+    shape = _frontier_shape(P + 1)
     kernel = _oracle_kernel
     if devices is not None and len(devices) > 1 and not traced:
         kernel, tree_keys = _sharded(tuple(devices), tree_keys)
-    tree, dropped = kernel(law, tree_keys, P=P, K=K, Kc=Kc, blk=blk)
+    with unrolled_threefry():
+        tree, dropped = kernel(law, tree_keys, P=P, K=K, Kc=Kc, shape=shape)
     while Kc < K:
         bad = np.asarray(dropped >= tree.logP[:, -1])
         if not bad.any():
             break
         Kc = min(K, 4 * Kc)
-        t2, dropped = kernel(law, tree_keys, P=P, K=K, Kc=Kc, blk=blk)
+        with unrolled_threefry():
+            t2, dropped = kernel(law, tree_keys, P=P, K=K, Kc=Kc, shape=shape)
         tree = _merge(jnp.asarray(bad), tree, t2)
         dropped = jnp.where(jnp.asarray(bad), dropped, NEG_INF)
     return tree
 
 
 @cache
-def _sharded_kernel(devices: tuple, P: int, K: int, Kc: int, blk: int):
+def _sharded_kernel(devices: tuple, P: int, K: int, Kc: int, shape: tuple):
     from jax.sharding import Mesh, PartitionSpec
 
     mesh = Mesh(np.array(devices), ("trees",))
     f = jax.shard_map(
-        lambda law, keys: _oracle_kernel(law, keys, P=P, K=K, Kc=Kc, blk=blk),
+        lambda law, keys: _oracle_kernel(law, keys, P=P, K=K, Kc=Kc, shape=shape),
         mesh=mesh,
         in_specs=(PartitionSpec(), PartitionSpec("trees")),
         out_specs=PartitionSpec("trees"),
@@ -390,11 +507,11 @@ def _sharded(devices: tuple, tree_keys):
     if tree_keys.shape[0] % n:
         raise BrwsimError(f"a batch of {tree_keys.shape[0]} trees does not split evenly over {n} devices")
 
-    def kernel(law, keys, P, K, Kc, blk):
-        f, mesh = _sharded_kernel(devices, P, K, Kc, blk)
+    def kernel(law, keys, P, K, Kc, shape):
+        f, mesh = _sharded_kernel(devices, P, K, Kc, shape)
         return f(law, keys)
 
-    _, mesh = _sharded_kernel(devices, 1, 1, 1, 4)
+    _, mesh = _sharded_kernel(devices, 1, 1, 1, (1, 1, 2))
     return kernel, jax.device_put(tree_keys, NamedSharding(mesh, PartitionSpec("trees")))
 
 
@@ -446,8 +563,11 @@ def keep_entries(P: int, K: int, K_keep: int | None = None) -> int:
 def oracle_memory(law: Law, P: int, K: int | None = None) -> int:
     """Approximate bytes one tree needs in :func:`_oracle_kernel` (node table, slots, frontier, node draw)."""
     K = min(law.vocab, P) if K is None else K
-    Kc = keep_entries(P, K)
-    return 4 * (P + 1) * (Kc + 2) + 48 * (P + 1) + 16 * law.vocab
+    per_slot = 76  # node record (8 words), pointer, frontier, output
+    if not law.indexed:
+        Kc = keep_entries(P, K)
+        per_slot += 4 * Kc + (4 if Kc < K else 0)
+    return per_slot * (P + 1) + 16 * law.vocab
 
 
 def default_batch(law: Law, P: int, budget: int = 256 * 2**20) -> int:
