@@ -406,7 +406,8 @@ class Markov(Law):
 
     def node_row(self, key, state):
         offsets = np.cumsum([0] + [law.row_table(1).shape[0] for law in self.laws])[:-1]
-        branches = [lambda k, law=law, o=int(o): law.node_row(k, 0) + o for law, o in zip(self.laws, offsets)]
+        pairs = zip(self.laws, offsets.tolist(), strict=True)
+        branches = [lambda k, law=law, o=o: law.node_row(k, 0) + o for law, o in pairs]
         return jax.lax.switch(state, branches, key)
 
     def init_state(self, key):

@@ -14,7 +14,7 @@ import pytest
 from brwsim import tree as T
 from brwsim.errors import BrwsimError
 from brwsim.estimate import oracle_values, tree_keys
-from brwsim.laws import fixed_law, parse_law
+from brwsim.laws import fixed_law, markov_law, parse_law
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -53,6 +53,58 @@ def test_matches_simple_oracle_all_fields(spec, P):
     K = min(law.vocab, P)
     keys = tree_keys(3, 0, 9)
     assert _same(T.oracle_batch(law, keys, P, K), _simple(law, keys, P, K))
+
+
+_MIXED = {
+    "states": {"a": "fixed:probs=0.9/0.1", "b": "dirichlet:V=2,alpha=1"},
+    "initial": "a",
+    "kernel": {"a": [[0.5, 0.5]], "b": [[0.5, 0.5]]},
+}
+
+
+def _indexed_laws(tmp_path):
+    np.savez(tmp_path / "pool.npz", probs=np.array([[0.7, 0.2, 0.1, 0.0], [0.4, 0.3, 0.2, 0.1], [0.25] * 4]))
+    markov = {
+        "states": {"a": "fixed:probs=0.9/0.1", "b": f"pool:path={tmp_path / 'pool.npz'}"},
+        "initial": {"a": 0.5, "b": 0.5},
+        "kernel": {"a": [[0.8, 0.2], [0.1, 0.9]], "b": [[0.3, 0.7]]},
+    }
+    return [
+        parse_law("fixed:probs=0.5/0.3/0.2"),
+        parse_law(f"pool:path={tmp_path / 'pool.npz'}"),
+        markov_law(markov),
+        table_law(6, n_rows=32, alpha=0.4),
+    ]
+
+
+def test_indexed_laws_rows_are_their_node_distributions(tmp_path):
+    """node_logp(key, s, K) == row_table(K)[node_row(key, s)], bit for bit, for every indexed law."""
+    for law in _indexed_laws(tmp_path):
+        assert law.indexed
+        K = law.vocab
+        keys = jax.random.split(jax.random.key(1), 50)
+        states = jax.random.randint(jax.random.key(2), (50,), 0, law.n_states)
+        a = jax.vmap(lambda k, s, law=law, K=K: law.node_logp(k, s, K))(keys, states)
+        b = law.row_table(K)[jax.vmap(law.node_row)(keys, states)]
+        assert np.array_equal(np.asarray(a), np.asarray(b)), law.family
+    assert not parse_law("dirichlet:V=5,alpha=1").indexed
+    assert not markov_law(_MIXED).indexed
+
+
+@pytest.mark.parametrize("P", [1, 2, 7, 23, 64, 200, 385])
+def test_both_paths_match_simple_oracle(tmp_path, P):
+    """Indexed laws (a row index per node) and drawn ones (stored rows) give the plain oracle's trees,
+    at frontier shapes of every size."""
+    for law in _indexed_laws(tmp_path) + [parse_law("dirichlet:V=6,alpha=0.5"), markov_law(_MIXED)]:
+        K = min(law.vocab, P)
+        keys = tree_keys(11, 0, 5)
+        assert _same(T.oracle_batch(law, keys, P, K), _simple(law, keys, P, K)), (law.family, P)
+
+
+def test_frontier_shape_covers_every_slot():
+    for S in [2, 3, 17, 65, 257, 1025, 4097, 65537]:
+        A, G1, G0 = T._frontier_shape(S)
+        assert A * G1 * G0 >= S and (A - 1) * G1 * G0 < S
 
 
 def test_zero_probabilities_match_simple_oracle():
