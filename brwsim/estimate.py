@@ -22,6 +22,7 @@ import numpy as np
 from . import tree as tree_mod
 from .errors import BrwsimError, check_P_list, check_positive_int
 from .laws import Law, Pool, law_spec, parse_law
+from .lowering import with_unrolled_threefry
 
 CONVENTION = "X = accepted draft tokens per verifier call (tokens per call = X + 1)"
 Z95 = 1.959963984540054
@@ -173,6 +174,7 @@ class SimulationResult:
         raise KeyError(P)
 
 
+@with_unrolled_threefry
 def simulate(
     law: str | Law,
     P: int | Iterable[int] = (1, 4, 16, 64),

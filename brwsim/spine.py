@@ -43,6 +43,7 @@ import numpy as np
 
 from .errors import BrwsimError
 from .laws import Dirichlet, Fixed, Law, Markov, Pool, Zipf, log_gamma_variates, log_moments
+from .lowering import with_unrolled_threefry
 from .tree import child_key, dist_key, state_key
 
 # ---------------------------------------------------------------------------
@@ -220,6 +221,7 @@ class Walks:
     cover: np.ndarray
 
 
+@with_unrolled_threefry
 def sample_walks(
     law: Law,
     walks: int,

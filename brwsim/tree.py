@@ -31,7 +31,6 @@ entries per node suffice; nothing past them can be needed.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from functools import cache, partial
 from typing import NamedTuple
@@ -42,6 +41,7 @@ import numpy as np
 
 from .errors import BrwsimError
 from .laws import Law
+from .lowering import unrolled_threefry
 
 NEG_INF = -jnp.inf
 
@@ -213,37 +213,6 @@ def _threefry_words(k1: jax.Array, k2: jax.Array, data) -> tuple[jax.Array, jax.
 def _threefry_fold_in(kd: jax.Array, data: jax.Array) -> jax.Array:
     """``key_data(fold_in(k, data))`` for threefry2x32 key data ``kd[..., 2]`` (see :func:`_threefry_words`)."""
     return jnp.stack(_threefry_words(kd[..., 0], kd[..., 1], data), axis=-1)
-
-
-@contextlib.contextmanager
-def unrolled_threefry():
-    """Lower threefry unrolled on CPU (as JAX does on GPU) for the programs compiled inside.
-
-    On CPU JAX lowers every threefry call (``fold_in``, ``randint``,
-    ``categorical``, ...) to a rolled 5-iteration while loop: each iteration's
-    tiny ops are dispatched one by one, which inside the oracle's loop costs
-    more than the arithmetic (at P = 16 the root's ``randint`` alone took 40%
-    of the kernel). This swaps in JAX's own unrolled lowering for the
-    compilations made inside the block: the same bits, a different loop
-    structure. Programs already compiled keep theirs. If this JAX version's
-    internals differ, the block runs unchanged.
-    """
-    try:
-        from jax._src.interpreters import mlir
-        from jax._src.random import threefry2x32 as tf
-
-        table = mlir._platform_specific_lowerings["cpu"]
-        prim = tf.threefry2x32_p
-        old = table[prim]
-        new = mlir.LoweringRuleEntry(tf._threefry2x32_lowering_rule, False)
-    except Exception:  # pragma: no cover - other JAX internals
-        yield
-        return
-    table[prim] = new
-    try:
-        yield
-    finally:
-        table[prim] = old
 
 
 def _zero_of(x: jax.Array) -> jax.Array:
