@@ -119,17 +119,19 @@ _SUBCOMMAND_MODULES: list[str] = ["brwsim.reproduce", "brwsim.cli_llm", "brwsim.
 
 
 def _one_cpu_device_per_core() -> None:
-    """Let XLA's CPU backend expose one device per core, before jax is imported.
+    """Let XLA's CPU backend expose one device per core, before its backend starts.
 
     XLA runs one CPU computation on one core; with a device per core the
     oracle's batch of trees is sharded over all of them (identical results,
-    about 1.8x faster on 2 cores: benchmarks/README.md). An explicit device
-    count in XLA_FLAGS, or jax already imported, leaves things as they are.
+    about 1.8x faster on 2 cores: benchmarks/README.md). XLA reads the flag
+    when the backend starts (the first ``jax.devices()``), not at ``import
+    jax``, so importing brwsim first is fine. An explicit device count in
+    XLA_FLAGS is left as it is.
     """
     import os
 
     flags = os.environ.get("XLA_FLAGS", "")
-    if "jax" in sys.modules or "xla_force_host_platform_device_count" in flags:
+    if "xla_force_host_platform_device_count" in flags:
         return
     n = os.cpu_count() or 1
     if n > 1:

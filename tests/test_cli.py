@@ -130,6 +130,18 @@ def test_cli_uses_one_device_per_core_with_identical_results():
     assert run(None) == one
 
 
+def test_cli_exposes_one_device_per_core():
+    """brwsim.cli is imported after jax (the package imports it); the flag still takes effect."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    code = "import sys, brwsim.cli, jax; assert 'jax' in sys.modules; brwsim.cli._one_cpu_device_per_core(); "
+    code += "import os; print(jax.device_count(), os.cpu_count())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    n_dev, n_cpu = map(int, out.split())
+    assert n_dev == n_cpu
+
+
 def test_default_devices_in_process():
     import jax
 
