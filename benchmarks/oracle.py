@@ -27,10 +27,10 @@ import subprocess
 import sys
 import time
 
-# --devices N splits each batch over N XLA CPU devices (one per core); the
-# flag must be set before jax is imported.
-if "--devices" in sys.argv[1:-1] and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    _flag = f"--xla_force_host_platform_device_count={sys.argv[sys.argv.index('--devices') + 1]}"
+# Like the brwsim command: one XLA CPU device per core, each batch split over
+# them (--devices N for fewer). The flag must be set before jax's backend starts.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    _flag = f"--xla_force_host_platform_device_count={os.cpu_count() or 1}"
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import jax  # noqa: E402
@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from reference_heapq import reference_batch, root_rows, table_law, table_rows  # noqa: E402
+from reference_heapq import reference_batch, root_rows, stored_rows, table_law, table_rows  # noqa: E402
 
 from brwsim import tree as T  # noqa: E402
 from brwsim.estimate import tree_keys  # noqa: E402
@@ -123,13 +123,22 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds per P (default 5)")
     ap.add_argument("--ref-seconds", type=float, default=0.4, help="reference time per round (default 0.4 s)")
     ap.add_argument("--batch", type=int, default=None, help="trees per oracle call (default: brwsim's default)")
-    ap.add_argument("--devices", type=int, default=None, help="split each batch over N XLA CPU devices (default 1)")
+    ap.add_argument(
+        "--devices", default="all", help="split each batch over 'all' XLA CPU devices (one per core, default) or N"
+    )
+    ap.add_argument(
+        "--stored-rows",
+        action="store_true",
+        help="time the oracle's path for drawn laws (each node's sorted entries stored) instead of row indices",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     P_list = [int(x) for x in args.P.split(",") if x.strip()]
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     law = table_law(args.V, n_rows=args.rows)
     rows = table_rows(law)
+    if args.stored_rows:
+        law = stored_rows(law)
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=os.path.dirname(__file__)
@@ -137,7 +146,11 @@ def main(argv=None) -> int:
     except OSError:  # pragma: no cover
         commit = ""
     t_start = time.perf_counter()
-    log(f"table law V={args.V}, {args.rows} rows (Dirichlet 0.1); {os.cpu_count()} cpus; jax {jax.__version__}")
+    path = "stored rows" if args.stored_rows else "row indices"
+    log(
+        f"table law V={args.V}, {args.rows} rows (Dirichlet 0.1), oracle path: {path}; "
+        f"{len(T.resolve_devices(args.devices))} devices; {os.cpu_count()} cpus; jax {jax.__version__}"
+    )
     log(
         f"{'P':>6} {'batch':>6} {'brwsim t/s':>12} {'heapq t/s':>12} {'ratio':>7} {'[min, max]':>13} "
         f"{'compile':>8} {'rss MB':>8}"
@@ -149,6 +162,7 @@ def main(argv=None) -> int:
         out = {
             "results": results,
             "law": f"table:V={args.V},rows={args.rows}",
+            "oracle_path": path,
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
             "jax": jax.__version__,
             "commit": commit,

@@ -15,6 +15,10 @@ distributions*: a table of ``N`` sorted log-probability rows (drawn from a
 Dirichlet law once); the root's row comes from the tree key, a child's row is
 a hash of its parent's row and its own rank. Node generation is then a row
 look-up on both sides, so the benchmark times the selection, not the law.
+The law is *indexed* (``row_table``/``node_row``, as ``fixed`` and ``pool``
+are): the oracle keeps a row index per node. :func:`stored_rows` gives the
+same law without that, so the oracle stores each node's sorted entries, which
+is its path for drawn laws (``dirichlet``, ``logitnormal``, ``zipf``).
 """
 
 from __future__ import annotations
@@ -87,6 +91,20 @@ class TableLaw(Law):
 
 
 jax.tree_util.register_dataclass(TableLaw, data_fields=["logp"], meta_fields=[])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StoredTableLaw(TableLaw):
+    """The same law, presented as a drawn one: the oracle stores each node's sorted entries (as for Dirichlet)."""
+
+    indexed = False
+
+
+jax.tree_util.register_dataclass(StoredTableLaw, data_fields=["logp"], meta_fields=[])
+
+
+def stored_rows(law: TableLaw) -> StoredTableLaw:
+    return StoredTableLaw(logp=law.logp)
 
 
 def table_law(V: int, n_rows: int = 1024, alpha: float = 0.1, seed: int = 0) -> TableLaw:
