@@ -91,7 +91,7 @@ def test_indexed_laws_rows_are_their_node_distributions(tmp_path):
     assert not markov_law(_MIXED).indexed
 
 
-@pytest.mark.parametrize("P", [1, 2, 7, 23, 64, 200, 385])
+@pytest.mark.parametrize("P", [2, 23, 385])
 def test_both_paths_match_simple_oracle(tmp_path, P):
     """Indexed laws (a row index per node) and drawn ones (stored rows) give the plain oracle's trees,
     at frontier shapes of every size."""
