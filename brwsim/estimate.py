@@ -116,6 +116,7 @@ def oracle_values(
             bar.update(n)
     if bar is not None:
         bar.close()
+    tree_mod.release_scratch()
     return values, accepted
 
 

@@ -228,8 +228,8 @@ def _as_i32(x: jax.Array) -> jax.Array:
     return x if x.dtype == jnp.int32 else jax.lax.bitcast_convert_type(x, jnp.int32)
 
 
-@partial(jax.jit, static_argnames=("P", "K", "Kc", "shape"))
-def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, shape: tuple[int, int, int]):
+@partial(jax.jit, static_argnames=("P", "K", "Kc", "shape"), donate_argnames=("scratch",))
+def _oracle_kernel(law: Law, tree_keys, scratch, P: int, K: int, Kc: int, shape: tuple[int, int, int]):
     """Best-first search for a batch of trees at once; returns (tree, dropped).
 
     The frontier (the path log-prob of each taken node's next child, one slot
@@ -313,13 +313,15 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, shape: tuple[in
     if indexed:
         w0[_ROW] = d0
     w0[_KD:PAR] = [_as_i32(w) for w in root_words]
-    rec = jnp.zeros((S, B, F), i32).at[0].set(jnp.stack(w0, axis=1))
+    if scratch is None:
+        scratch = _scratch_arrays(S, B, F, None if indexed else Kc)
+    rec = scratch[0].at[0].set(jnp.stack(w0, axis=1))
     rk = jnp.zeros((S, B), i32)
     if indexed:
         tab = tail = None
     else:
         # slot-major: the new node's row of every tree is one contiguous block
-        tab = jnp.full((S, B, Kc), NEG_INF, f32).at[0].set(d0)
+        tab = scratch[1].at[0].set(d0)
         tail = jnp.full((S, B), NEG_INF, f32).at[0].set(_tail_bound(d0, V)) if trunc else None
     dropped = jnp.full((B,), NEG_INF, f32)
 
@@ -397,7 +399,8 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, shape: tuple[in
         return v0, v1, v2, rec, rk, tab, tail, dropped
 
     carry = jax.lax.fori_loop(0, P, body, (v0, v1, v2, rec, rk, tab, tail, dropped))
-    rec, rk, dropped = carry[3], carry[4], carry[-1]
+    rec, rk, tab_out, dropped = carry[3], carry[4], carry[5], carry[-1]
+    rec_out = rec
     rec = jnp.moveaxis(rec[1:], 0, 1)  # [B, P, F]
     kd = jax.lax.bitcast_convert_type(rec[..., _KD:PAR], kdt).reshape((B, P) + ks)
     tree = DraftTree(
@@ -408,7 +411,7 @@ def _oracle_kernel(law: Law, tree_keys, P: int, K: int, Kc: int, shape: tuple[in
         state=rec[..., _ST],
         key=kd,
     )
-    return tree, dropped
+    return tree, dropped, (rec_out,) if indexed else (rec_out, tab_out)
 
 
 def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None) -> DraftTree:
@@ -437,20 +440,65 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
         Kc = K
     shape = _frontier_shape(P + 1)
     kernel = _oracle_kernel
-    if devices is not None and len(devices) > 1 and not traced:
-        kernel, tree_keys = _sharded(tuple(devices), tree_keys)
-    with unrolled_threefry():
-        tree, dropped = kernel(law, tree_keys, P=P, K=K, Kc=Kc, shape=shape)
+    sharded = devices is not None and len(devices) > 1 and not traced
+    devs = tuple(devices) if sharded else None
+    if sharded:
+        kernel, tree_keys = _sharded(devs, tree_keys)
+
+    def run(Kc):
+        F = _KD + math.prod(jax.random.key_data(tree_keys).shape[1:]) + 1
+        tag = (P + 1, tree_keys.shape[0], F, None if law.indexed else Kc, devs)
+        scratch = None if traced else _take_scratch(tag)
+        with unrolled_threefry():
+            tree, dropped, scratch = kernel(law, tree_keys, scratch, P=P, K=K, Kc=Kc, shape=shape)
+        if not traced:
+            _SCRATCH[tag] = scratch
+        return tree, dropped
+
+    tree, dropped = run(Kc)
     while Kc < K:
         bad = np.asarray(dropped >= tree.logP[:, -1])
         if not bad.any():
             break
         Kc = min(K, 4 * Kc)
-        with unrolled_threefry():
-            t2, dropped = kernel(law, tree_keys, P=P, K=K, Kc=Kc, shape=shape)
+        t2, dropped = run(Kc)
         tree = _merge(jnp.asarray(bad), tree, t2)
         dropped = jnp.where(jnp.asarray(bad), dropped, NEG_INF)
     return tree
+
+
+# The oracle's slot-major buffers (node records, a drawn law's node table) of
+# the last call, handed back to the next call of the same shape (donated, so
+# XLA reuses them in place). Every slot is written before it is read, so their
+# old contents never matter; this saves writing the whole table each call.
+_SCRATCH: dict = {}
+
+
+def _scratch_arrays(S: int, B: int, F: int, Kc: int | None):
+    rec = jnp.zeros((S, B, F), jnp.int32)
+    return (rec,) if Kc is None else (rec, jnp.zeros((S, B, Kc), jnp.float32))
+
+
+def _take_scratch(tag: tuple):
+    """The buffers of shape ``tag = (S, B, F, Kc or None, devices or None)``: cached ones, else new zeros."""
+    buf = _SCRATCH.pop(tag, None)
+    _SCRATCH.clear()  # one shape at a time: release the others first
+    if buf is not None:
+        return buf
+    S, B, F, Kc, devs = tag
+    if devs is None:
+        return _scratch_arrays(S, B, F, Kc)
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    _, mesh = _sharded_kernel(devs, 1, 1, 1, (1, 1, 2))
+    spec = NamedSharding(mesh, PartitionSpec(None, "trees"))
+    n = 1 if Kc is None else 2
+    return jax.jit(lambda: _scratch_arrays(S, B, F, Kc), out_shardings=(spec,) * n)()
+
+
+def release_scratch() -> None:
+    """Free the buffers the oracle keeps between calls (``oracle_values`` does this when it ends)."""
+    _SCRATCH.clear()
 
 
 @cache
@@ -459,13 +507,13 @@ def _sharded_kernel(devices: tuple, P: int, K: int, Kc: int, shape: tuple):
 
     mesh = Mesh(np.array(devices), ("trees",))
     f = jax.shard_map(
-        lambda law, keys: _oracle_kernel(law, keys, P=P, K=K, Kc=Kc, shape=shape),
+        lambda law, keys, scratch: _oracle_kernel(law, keys, scratch, P=P, K=K, Kc=Kc, shape=shape),
         mesh=mesh,
-        in_specs=(PartitionSpec(), PartitionSpec("trees")),
-        out_specs=PartitionSpec("trees"),
+        in_specs=(PartitionSpec(), PartitionSpec("trees"), PartitionSpec(None, "trees")),
+        out_specs=(PartitionSpec("trees"), PartitionSpec("trees"), PartitionSpec(None, "trees")),
         check_vma=False,
     )
-    return jax.jit(f), mesh
+    return jax.jit(f, donate_argnums=2), mesh
 
 
 def _sharded(devices: tuple, tree_keys):
@@ -476,9 +524,9 @@ def _sharded(devices: tuple, tree_keys):
     if tree_keys.shape[0] % n:
         raise BrwsimError(f"a batch of {tree_keys.shape[0]} trees does not split evenly over {n} devices")
 
-    def kernel(law, keys, P, K, Kc, shape):
+    def kernel(law, keys, scratch, P, K, Kc, shape):
         f, mesh = _sharded_kernel(devices, P, K, Kc, shape)
-        return f(law, keys)
+        return f(law, keys, scratch)
 
     _, mesh = _sharded_kernel(devices, 1, 1, 1, (1, 1, 2))
     return kernel, jax.device_put(tree_keys, NamedSharding(mesh, PartitionSpec("trees")))
