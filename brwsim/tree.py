@@ -230,16 +230,17 @@ def _as_i32(x: jax.Array) -> jax.Array:
 
 @partial(jax.jit, static_argnames=("P", "K", "Kc", "shape"), donate_argnames=("scratch",))
 def _oracle_kernel(law: Law, tree_keys, scratch, P: int, K: int, Kc: int, shape: tuple[int, int, int]):
-    """Best-first search for a batch of trees at once; returns (tree, dropped).
+    """Best-first search for a batch of trees at once; returns (tree, dropped, scratch).
 
     The frontier (the path log-prob of each taken node's next child, one slot
-    per node taken, slot 0 the root) is a three-level max structure with the
-    batch on the last axis: slot values ``v0[A, G1, G0, B]``, block maxima
-    ``v1[A, G1, B]``, group maxima ``v2[A, B]`` (``shape = (A, G1, G0)``). A
-    step finds the largest group maximum, the first group, block and slot
-    holding it (lowest slot index = earliest-taken parent, the reference
-    tie-break) with max and min reductions over leading axes (no argmax), and
-    rewrites one entry per level. Slot ``n = i + 1`` of step ``i`` is the same
+    per node taken, slot 0 the root) is a three-level max structure: slot
+    values ``v0[A, G1, B, G0]``, block maxima ``v1[A, B, G1]``, group maxima
+    ``v2[A, B]`` (``shape = (A, G1, G0)``). A step finds the largest group
+    maximum and the first group holding it (a masked min over the leading
+    axis), then the first block and slot holding it (argmax over a contiguous
+    row returns the first maximum): the lowest slot index, i.e. the
+    earliest-taken parent, the reference tie-break. It rewrites one entry per
+    level. Slot ``n = i + 1`` of step ``i`` is the same
     for every tree, so every write of the new node is a dynamic-update-slice;
     only the taken parent's entries are per-tree scatters. A node's fields
     (log P, depth, state, row, next-child pointer, key, parent) are one record
@@ -249,6 +250,10 @@ def _oracle_kernel(law: Law, tree_keys, scratch, P: int, K: int, Kc: int, shape:
     its row of ``law.row_table(K)``; otherwise its ``Kc <= K`` largest sorted
     entries (a ``[S, B, Kc]`` table), and ``dropped[b]`` is an upper bound on
     the path log-prob of every child that was not kept (``-inf`` if none).
+
+    ``scratch``: the record buffer (and a drawn law's node table) to write
+    into, donated; None allocates them. Every slot is written before it is
+    read, so their contents do not matter. They come back as ``scratch``.
     """
     B = tree_keys.shape[0]
     S = P + 1
@@ -418,7 +423,7 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
     """Oracle trees T*_P for a batch of tree keys (``tree_keys``: key array [B]).
 
     Exactly the trees of :func:`oracle_one` (same nodes, order and tie-breaks),
-    computed by the blocked best-first search of :func:`_oracle_kernel`.
+    computed by the batched best-first search of :func:`_oracle_kernel`.
     ``K_keep`` (default: all ``K`` unless the node tables would pass
     :data:`TABLE_BYTES` per tree) is how many entries of each node's sorted
     distribution are kept. Never a silent truncation: when a child past the
