@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 
 
 @contextlib.contextmanager
@@ -36,16 +37,28 @@ def unrolled_threefry():
 
         table = mlir._platform_specific_lowerings["cpu"]
         prim = tf.threefry2x32_p
-        old = table[prim]
+        table[prim]  # noqa: B018 - present in this JAX version
         new = mlir.LoweringRuleEntry(tf._threefry2x32_lowering_rule, False)
     except Exception:  # pragma: no cover - other JAX internals
         yield
         return
-    table[prim] = new
+    with _lock:  # nested or concurrent blocks: the first in saves the rule, the last out restores it
+        if not _saved:
+            _saved.append(table[prim])
+            table[prim] = new
+        _depth[0] += 1
     try:
         yield
     finally:
-        table[prim] = old
+        with _lock:
+            _depth[0] -= 1
+            if _depth[0] == 0:
+                table[prim] = _saved.pop()
+
+
+_lock = threading.Lock()
+_saved: list = []
+_depth = [0]
 
 
 def with_unrolled_threefry(f):

@@ -404,8 +404,8 @@ def _oracle_kernel(law: Law, tree_keys, scratch, P: int, K: int, Kc: int, shape:
         return v0, v1, v2, rec, rk, tab, tail, dropped
 
     carry = jax.lax.fori_loop(0, P, body, (v0, v1, v2, rec, rk, tab, tail, dropped))
-    rec, rk, tab_out, dropped = carry[3], carry[4], carry[5], carry[-1]
-    rec_out = rec
+    rec, rk, tab, dropped = carry[3], carry[4], carry[5], carry[-1]
+    scratch = (rec,) if indexed else (rec, tab)
     rec = jnp.moveaxis(rec[1:], 0, 1)  # [B, P, F]
     kd = jax.lax.bitcast_convert_type(rec[..., _KD:PAR], kdt).reshape((B, P) + ks)
     tree = DraftTree(
@@ -416,7 +416,7 @@ def _oracle_kernel(law: Law, tree_keys, scratch, P: int, K: int, Kc: int, shape:
         state=rec[..., _ST],
         key=kd,
     )
-    return tree, dropped, (rec_out,) if indexed else (rec_out, tab_out)
+    return tree, dropped, scratch
 
 
 def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None) -> DraftTree:
@@ -439,7 +439,9 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
     P, K = int(P), int(K)
     if P < 1 or K < 1:
         raise BrwsimError(f"oracle needs P >= 1 and K >= 1, got P={P}, K={K}")
-    traced = isinstance(tree_keys, jax.core.Tracer)
+    # inside a jit/vmap (even with concrete keys: jnp ops are staged there),
+    # keep all K entries and no buffers between calls
+    traced = isinstance(tree_keys, jax.core.Tracer) or isinstance(jnp.zeros(()), jax.core.Tracer)
     Kc = keep_entries(P, K, K_keep)
     if traced or law.indexed:  # an indexed law keeps a row index per node, not its entries
         Kc = K
@@ -451,13 +453,14 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
         kernel, tree_keys = _sharded(devs, tree_keys)
 
     def run(Kc):
+        if traced:
+            with unrolled_threefry():
+                return kernel(law, tree_keys, None, P=P, K=K, Kc=Kc, shape=shape)[:2]
+        # the buffers of a call with the same shapes on the same devices
         F = _KD + math.prod(jax.random.key_data(tree_keys).shape[1:]) + 1
-        tag = (P + 1, tree_keys.shape[0], F, None if law.indexed else Kc, devs)
-        scratch = None if traced else _take_scratch(tag)
+        tag = (P + 1, tree_keys.shape[0], F, None if law.indexed else Kc, devs or tree_keys.sharding)
         with unrolled_threefry():
-            tree, dropped, scratch = kernel(law, tree_keys, scratch, P=P, K=K, Kc=Kc, shape=shape)
-        if not traced:
-            _SCRATCH[tag] = scratch
+            tree, dropped, _SCRATCH[tag] = kernel(law, tree_keys, _take_scratch(tag), P=P, K=K, Kc=Kc, shape=shape)
         return tree, dropped
 
     tree, dropped = run(Kc)
@@ -485,13 +488,13 @@ def _scratch_arrays(S: int, B: int, F: int, Kc: int | None):
 
 
 def _take_scratch(tag: tuple):
-    """The buffers of shape ``tag = (S, B, F, Kc or None, devices or None)``: cached ones, else new zeros."""
+    """The buffers for ``tag = (S, B, F, Kc or None, devices or the keys' sharding)``: cached ones, else zeros."""
     buf = _SCRATCH.pop(tag, None)
     _SCRATCH.clear()  # one shape at a time: release the others first
     if buf is not None:
         return buf
     S, B, F, Kc, devs = tag
-    if devs is None:
+    if not isinstance(devs, tuple):  # one device: placed with the keys by jit
         return _scratch_arrays(S, B, F, Kc)
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -582,7 +585,7 @@ def keep_entries(P: int, K: int, K_keep: int | None = None) -> int:
     return max(16, 1 << (max(fit, 1).bit_length() - 1))
 
 
-_SLOT_BYTES = 76  # per slot and tree: node record (8 words), frontier, output
+_SLOT_BYTES = 76  # per slot and tree: node record (8 words with threefry keys), frontier, output
 
 
 def oracle_memory(law: Law, P: int, K: int | None = None) -> int:

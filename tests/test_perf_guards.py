@@ -137,6 +137,30 @@ def test_large_P_exact_against_heapq_reference():
     assert np.all(np.diff(lp, axis=1) <= 0)
 
 
+def test_oracle_inside_jit_with_concrete_keys():
+    """Called inside an outer jit with closed-over keys: same trees, and nothing traced is kept for later calls."""
+    law = parse_law("dirichlet:V=64,alpha=0.2")
+    keys = tree_keys(5, 0, 12)
+    inner = jax.jit(lambda: T.oracle_batch(law, keys, 300, 64, K_keep=2).logP)()
+    outer = T.oracle_batch(law, keys, 300, 64, K_keep=2).logP  # would fail on a kept tracer
+    assert np.array_equal(np.asarray(inner), np.asarray(outer))
+
+
+def test_nested_unrolled_threefry_restores_the_rule():
+    from jax._src.interpreters import mlir
+    from jax._src.random import threefry2x32 as tf
+
+    from brwsim.lowering import unrolled_threefry
+
+    rules = mlir._platform_specific_lowerings["cpu"]
+    before = rules[tf.threefry2x32_p]
+    with unrolled_threefry():
+        with unrolled_threefry():
+            pass
+        assert rules[tf.threefry2x32_p] is not before
+    assert rules[tf.threefry2x32_p] is before
+
+
 def test_bad_devices_is_one_line_error():
     for bad in ("x", 0, 10**6, []):
         with pytest.raises(BrwsimError) as e:
@@ -158,8 +182,12 @@ trees_equal = all(np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b
 one = simulate(law, P=[1, 8, 50], trees=37, seed=4, bounds=False).to_dict()
 four = simulate(law, P=[1, 8, 50], trees=37, seed=4, bounds=False, devices="all").to_dict()
 two = simulate(law, P=[1, 8, 50], trees=37, seed=4, bounds=False, devices=2, batch=6).to_dict()
+d = jax.devices()  # buffers kept between calls follow the keys' device
+t3 = T.oracle_batch(law, jax.device_put(keys, d[3]), 50, 40)
+t1 = T.oracle_batch(law, jax.device_put(keys, d[1]), 50, 40)
+moved = all(np.array_equal(np.asarray(t.logP), np.asarray(a.logP)) for t in (t3, t1))
 print(json.dumps({"trees_equal": trees_equal, "sim_equal": one == four == two,
-                  "sharded": len(b.logP.sharding.device_set)}))
+                  "sharded": len(b.logP.sharding.device_set), "moved": bool(moved)}))
 """
 
 
@@ -170,7 +198,7 @@ def test_sharded_equals_single_device():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res == {"trees_equal": True, "sim_equal": True, "sharded": 4}
+    assert res == {"trees_equal": True, "sim_equal": True, "sharded": 4, "moved": True}
 
 
 def test_unrolled_threefry_gives_the_same_bits():
