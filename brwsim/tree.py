@@ -498,8 +498,7 @@ def _take_scratch(tag: tuple):
         return _scratch_arrays(S, B, F, Kc)
     from jax.sharding import NamedSharding, PartitionSpec
 
-    _, mesh = _sharded_kernel(devs, 1, 1, 1, (1, 1, 2))
-    spec = NamedSharding(mesh, PartitionSpec(None, "trees"))
+    spec = NamedSharding(_mesh(devs), PartitionSpec(None, "trees"))
     n = 1 if Kc is None else 2
     return jax.jit(lambda: _scratch_arrays(S, B, F, Kc), out_shardings=(spec,) * n)()
 
@@ -510,10 +509,18 @@ def release_scratch() -> None:
 
 
 @cache
-def _sharded_kernel(devices: tuple, P: int, K: int, Kc: int, shape: tuple):
-    from jax.sharding import Mesh, PartitionSpec
+def _mesh(devices: tuple):
+    """A one-axis mesh ("trees") over these devices: the oracle splits its batch along it."""
+    from jax.sharding import Mesh
 
-    mesh = Mesh(np.array(devices), ("trees",))
+    return Mesh(np.array(devices), ("trees",))
+
+
+@cache
+def _sharded_kernel(devices: tuple, P: int, K: int, Kc: int, shape: tuple):
+    from jax.sharding import PartitionSpec
+
+    mesh = _mesh(devices)
     f = jax.shard_map(
         lambda law, keys, scratch: _oracle_kernel(law, keys, scratch, P=P, K=K, Kc=Kc, shape=shape),
         mesh=mesh,
@@ -521,7 +528,7 @@ def _sharded_kernel(devices: tuple, P: int, K: int, Kc: int, shape: tuple):
         out_specs=(PartitionSpec("trees"), PartitionSpec("trees"), PartitionSpec(None, "trees")),
         check_vma=False,
     )
-    return jax.jit(f, donate_argnums=2), mesh
+    return jax.jit(f, donate_argnums=2)
 
 
 def _sharded(devices: tuple, tree_keys):
@@ -533,11 +540,9 @@ def _sharded(devices: tuple, tree_keys):
         raise BrwsimError(f"a batch of {tree_keys.shape[0]} trees does not split evenly over {n} devices")
 
     def kernel(law, keys, scratch, P, K, Kc, shape):
-        f, mesh = _sharded_kernel(devices, P, K, Kc, shape)
-        return f(law, keys, scratch)
+        return _sharded_kernel(devices, P, K, Kc, shape)(law, keys, scratch)
 
-    _, mesh = _sharded_kernel(devices, 1, 1, 1, (1, 1, 2))
-    return kernel, jax.device_put(tree_keys, NamedSharding(mesh, PartitionSpec("trees")))
+    return kernel, jax.device_put(tree_keys, NamedSharding(_mesh(devices), PartitionSpec("trees")))
 
 
 def resolve_devices(spec=None) -> list | None:
