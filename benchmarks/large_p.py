@@ -14,19 +14,17 @@ import resource
 import sys
 import time
 
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
-    ).strip()
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from reference_heapq import table_law  # noqa: E402
 
+from brwsim.cli import _one_cpu_device_per_core  # noqa: E402
 from brwsim.estimate import oracle_values  # noqa: E402
 from brwsim.laws import parse_law  # noqa: E402
+
+_one_cpu_device_per_core()  # as the brwsim command: one XLA CPU device per core
 
 LAWS = ["table:V=64", "zipf:V=1000,s=1.1,s_sd=0.3"]
 

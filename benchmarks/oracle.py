@@ -27,21 +27,20 @@ import subprocess
 import sys
 import time
 
-# Like the brwsim command: one XLA CPU device per core, each batch split over
-# them (--devices N for fewer). The flag must be set before jax's backend starts.
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    _flag = f"--xla_force_host_platform_device_count={os.cpu_count() or 1}"
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from reference_heapq import reference_batch, root_rows, stored_rows, table_law, table_rows  # noqa: E402
 
 from brwsim import tree as T  # noqa: E402
+from brwsim.cli import _one_cpu_device_per_core  # noqa: E402
 from brwsim.estimate import tree_keys  # noqa: E402
+
+# Like the brwsim command: one XLA CPU device per core, each batch split over
+# them (--devices N for fewer); set before jax's backend starts.
+_one_cpu_device_per_core()
 
 
 def _peak_rss_mb() -> float:

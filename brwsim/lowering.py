@@ -37,7 +37,8 @@ def unrolled_threefry():
 
         table = mlir._platform_specific_lowerings["cpu"]
         prim = tf.threefry2x32_p
-        table[prim]  # noqa: B018 - present in this JAX version
+        if prim not in table:
+            raise KeyError(prim)
         new = mlir.LoweringRuleEntry(tf._threefry2x32_lowering_rule, False)
     except Exception:  # pragma: no cover - other JAX internals
         yield

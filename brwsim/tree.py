@@ -164,10 +164,11 @@ def oracle_one(law: Law, tree_key, P: int, K: int) -> DraftTree:
 def _frontier_shape(S: int) -> tuple[int, int, int]:
     """(A, G1, G0): the frontier's S slots as A groups of G1 blocks of G0 slots.
 
-    Measured on XLA CPU (benchmarks/README.md): an argmax over a row of 8-16
-    gathered entries is cheap and gets slow past 16, a min over the A groups
-    (a leading axis, vectorised over the batch) stays cheap up to ~30; so
-    blocks of 8, up to 16 blocks a group, about 24 slots or fewer per group.
+    Measured on XLA CPU (benchmarks/frontier_shapes.py): an argmax over a row
+    of 8-16 gathered entries is cheap and gets slow past 16, a min over the A
+    groups (a leading axis, vectorised over the batch) stays cheap up to ~30;
+    so blocks of 8 slots, and blocks per group doubled (up to 16) while there
+    would be more than 24 groups.
     """
     G0, G1 = 8, 1
     while G1 < 16 and G0 * G1 * 24 < S:
@@ -306,8 +307,8 @@ def _oracle_kernel(law: Law, tree_keys, scratch, P: int, K: int, Kc: int, shape:
     c0 = first(d0)
     b_ix = jnp.arange(B, dtype=i32)
     a_ix = jnp.arange(A, dtype=i32)[:, None]
-    g1_ix = jnp.arange(G1, dtype=i32)[:, None]
-    g0_ix = jnp.arange(G0, dtype=i32)[:, None]
+    g1_ix = jnp.arange(G1, dtype=i32)
+    g0_ix = jnp.arange(G0, dtype=i32)
 
     v0 = jnp.full((A, G1, B, G0), NEG_INF, f32).at[0, 0, :, 0].set(c0)
     v1 = jnp.full((A, B, G1), NEG_INF, f32).at[0, :, 0].set(c0)
@@ -330,16 +331,12 @@ def _oracle_kernel(law: Law, tree_keys, scratch, P: int, K: int, Kc: int, shape:
         tail = jnp.full((S, B), NEG_INF, f32).at[0].set(_tail_bound(d0, V)) if trunc else None
     dropped = jnp.full((B,), NEG_INF, f32)
 
-    def first_max(x, m, ix, n):
-        """Index of the first entry of x (along axis 0) equal to m."""
-        return jnp.minimum(jnp.min(jnp.where(x == m, ix, n), axis=0), n - 1)
-
     def body(i, carry):
         v0, v1, v2, rec, rk, tab, tail, dropped = carry
         n = i + 1
         # the frontier's largest entry and its first slot (a, g, c), from max/min reductions
         m = jnp.max(v2, axis=0)  # [B]
-        a = first_max(v2, m, a_ix, A)
+        a = jnp.minimum(jnp.min(jnp.where(v2 == m, a_ix, A), axis=0), A - 1)  # the first group holding m
         # (argmax over a contiguous row returns the first maximum: the lowest index)
         r1v = v1[a, b_ix]  # [B, G1]: the blocks of group a
         g = jnp.argmax(r1v, axis=1).astype(i32)
@@ -369,8 +366,8 @@ def _oracle_kernel(law: Law, tree_keys, scratch, P: int, K: int, Kc: int, shape:
         m = m + zero
         # the taken parent's next child replaces it in the frontier
         c_new = plp + nxt
-        m1 = jnp.max(jnp.where(g0_ix[:, 0] == c[:, None], c_new[:, None], r0v), axis=1)
-        m2 = jnp.max(jnp.where(g1_ix[:, 0] == g[:, None], m1[:, None], r1v), axis=1)
+        m1 = jnp.max(jnp.where(g0_ix == c[:, None], c_new[:, None], r0v), axis=1)
+        m2 = jnp.max(jnp.where(g1_ix == g[:, None], m1[:, None], r1v), axis=1)
         v0 = v0.at[a, g, b_ix, c].set(c_new, unique_indices=True)
         v1 = v1.at[a, b_ix, g].set(m1, unique_indices=True)
         v2 = v2.at[a, b_ix].set(m2, unique_indices=True)
@@ -496,11 +493,17 @@ def _take_scratch(tag: tuple):
     S, B, F, Kc, devs = tag
     if not isinstance(devs, tuple):  # one device: placed with the keys by jit
         return _scratch_arrays(S, B, F, Kc)
+    return _sharded_scratch(S, B, F, Kc, devs)()
+
+
+@cache
+def _sharded_scratch(S: int, B: int, F: int, Kc: int | None, devs: tuple):
+    """A compiled maker of the scratch buffers split over ``devs`` along the batch (compiled once per shape)."""
     from jax.sharding import NamedSharding, PartitionSpec
 
     spec = NamedSharding(_mesh(devs), PartitionSpec(None, "trees"))
     n = 1 if Kc is None else 2
-    return jax.jit(lambda: _scratch_arrays(S, B, F, Kc), out_shardings=(spec,) * n)()
+    return jax.jit(partial(_scratch_arrays, S, B, F, Kc), out_shardings=(spec,) * n)
 
 
 def release_scratch() -> None:

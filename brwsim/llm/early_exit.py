@@ -47,7 +47,7 @@ import numpy as np
 
 from ..errors import BrwsimError
 from .hf import HFSource, _torch
-from .measure import OracleTree, PromptResult, _rng, _stat, oracle_tree, sample_walks
+from .measure import OracleTree, PromptResult, _stat, open_and_measure, oracle_tree
 from .prompts import Prompt
 from .source import Context, LogitsSource, Walker
 
@@ -335,12 +335,8 @@ def measure_prompt_with_drafter(
     if not isinstance(source, EarlyExitSource):
         raise BrwsimError("measure_prompt_with_drafter needs an EarlyExitSource")
     t0 = time.perf_counter()
-    ids = source.encode(prompt.text)
-    ctx = source.open(ids)
-    rng = _rng(seed, prompt)
-    w = sample_walks(ctx, walks, depth, rng, P_max, source.eos_ids) if walks > 0 else None
-    o = oracle_tree(ctx, P_max, batch=batch, eos=source.eos_ids)
-    t1 = time.perf_counter()
+    ctx, pr = open_and_measure(source, prompt, P_max, walks, depth, seed, batch)
+    o = pr.oracle
     js = [1 + i for i in range(len(source.ks))]
     topq, ev = [], []
     for j in js:
@@ -350,7 +346,6 @@ def measure_prompt_with_drafter(
     ch = chains(ctx, js, P_max, eos=source.eos_ids)
     stats = np.concatenate(ctx.walk_stats) if ctx.walk_stats else np.zeros((0, len(js), len(STATS)))
     t2 = time.perf_counter()
-    pr = PromptResult(prompt, len(ids), w, o, t1 - t0)
     dr = DrafterResult(
         ks=list(source.ks),
         walk_stats=stats,

@@ -238,6 +238,20 @@ def measure_prompt(
     K: int | None = None,
 ) -> PromptResult:
     """Walks and the oracle tree of one prompt (one KV-cached context)."""
+    return open_and_measure(source, prompt, P_max, walks, depth, seed, batch, K)[1]
+
+
+def open_and_measure(
+    source: LogitsSource,
+    prompt: Prompt,
+    P_max: int,
+    walks: int = 16,
+    depth: int = 48,
+    seed: int = 0,
+    batch: int = 4,
+    K: int | None = None,
+) -> tuple:
+    """(context, :class:`PromptResult`): :func:`measure_prompt`, keeping the context open for more."""
     t0 = time.perf_counter()
     ids = source.encode(prompt.text)
     ctx = source.open(ids)
@@ -245,7 +259,7 @@ def measure_prompt(
     rng = _rng(seed, prompt)
     w = sample_walks(ctx, walks, depth, rng, K, source.eos_ids) if walks > 0 else None
     o = oracle_tree(ctx, P_max, batch=batch, eos=source.eos_ids)
-    return PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0)
+    return ctx, PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0)
 
 
 def _rng(seed: int, prompt: Prompt) -> np.random.Generator:
