@@ -10,33 +10,28 @@ brwsim picks. This is how the default was chosen (benchmarks/README.md).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import jax
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from reference_heapq import table_law  # noqa: E402
-
-from brwsim import tree as T  # noqa: E402
-from brwsim.estimate import tree_keys  # noqa: E402
-from brwsim.lowering import unrolled_threefry  # noqa: E402
+from brwsim import oracle as O
+from brwsim import tree_keys, unrolled_threefry
+from brwsim.testing import table_law
 
 BLOCKS = [(1, 2), (1, 8), (2, 4), (2, 8), (4, 4), (4, 8), (8, 8), (16, 4), (16, 8), (32, 8), (16, 16), (32, 32)]
 
 
 def ns_per_node(law, P: int, B: int, shape) -> float:
-    keys = tree_keys(0, 0, B)
+    keys = tree_keys(jax.random.key(0), 0, B)
     K = min(law.vocab, P)
-    scratch = T._scratch_arrays(P + 1, B, 8, None)
+    scratch = O.scratch_arrays(P + 1, B, 8, None)
     with unrolled_threefry():
-        _, _, scratch = T._oracle_kernel(law, keys, scratch, P=P, K=K, Kc=K, shape=shape)
+        _, _, scratch = O.oracle_kernel(law, keys, scratch, P=P, K=K, Kc=K, shape=shape)
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
-        out = T._oracle_kernel(law, keys, scratch, P=P, K=K, Kc=K, shape=shape)
+        out = O.oracle_kernel(law, keys, scratch, P=P, K=K, Kc=K, shape=shape)
         jax.block_until_ready(out)
         scratch = out[2]
         best = min(best, time.perf_counter() - t0)
@@ -49,8 +44,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     law = table_law(64)
     for P in [int(x) for x in args.P.split(",")]:
-        S, B = P + 1, T.default_batch(law, P)
-        picked = T._frontier_shape(S)
+        S, B = P + 1, O.default_batch(law, P)
+        picked = O.frontier_shape(S)
         shapes = {picked}
         for g1, g0 in BLOCKS:
             A = -(-S // (g1 * g0))

@@ -1,6 +1,6 @@
 """Exact oracle values at large P: ``python benchmarks/large_p.py [--P 65536] [--trees 16]``.
 
-Runs ``brwsim.estimate.oracle_values`` twice per law (the first run compiles)
+Runs ``brwsim.oracle_values`` twice per law (the first run compiles)
 with brwsim's defaults (batch size, one XLA CPU device per core) and prints
 the second run's time, trees/s, E[X] at P with its standard error, and the
 process's peak RSS.
@@ -9,22 +9,18 @@ process's peak RSS.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import sys
 import time
 
+import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from brwsim import one_cpu_device_per_core, oracle_values
+from brwsim.laws import parse_law
+from brwsim.testing import table_law
 
-from reference_heapq import table_law  # noqa: E402
-
-from brwsim.cli import _one_cpu_device_per_core  # noqa: E402
-from brwsim.estimate import oracle_values  # noqa: E402
-from brwsim.laws import parse_law  # noqa: E402
-
-_one_cpu_device_per_core()  # as the brwsim command: one XLA CPU device per core
+one_cpu_device_per_core()  # as the brwsim command: one XLA CPU device per core
 
 LAWS = ["table:V=64", "zipf:V=1000,s=1.1,s_sd=0.3"]
 
@@ -41,7 +37,7 @@ def main(argv=None) -> int:
         times = []
         for _ in range(2):
             t0 = time.perf_counter()
-            values, _ = oracle_values(law, args.P, args.trees, seed=0, progress=False)
+            values, _ = oracle_values(jax.random.key(0), law, args.P, args.trees, progress=False)
             times.append(time.perf_counter() - t0)
         v = values[:, -1]
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

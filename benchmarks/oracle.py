@@ -3,12 +3,12 @@
     python benchmarks/oracle.py [--P 16,64,256,1024,4096] [--V 64] [--repeats 5] [--json]
 
 For each P it builds the oracle trees of the same batch of tree keys with
-``brwsim.tree.oracle_batch`` (default batch size, after compilation) and with
-``reference_heapq.oracle_heapq`` (pure Python, one tree at a time), checks that
+``brwsim.oracle.oracle_batch`` (default batch size, after compilation) and with
+``brwsim.testing.oracle_heapq`` (pure Python, one tree at a time), checks that
 the two agree exactly (float32 log P, parent, rank of every node), then times
 them interleaved in one process (brwsim, reference, brwsim, ...), so that
 load from other processes hits both alike. Both read the same precomputed node
-distributions (``reference_heapq.TableLaw``), so the selection is timed, not
+distributions (``brwsim.testing.TableLaw``), so the selection is timed, not
 the law. It also reports the float32 error: the value sum_v P(v) of each
 reference tree built in float32 against one built in float64 (same table).
 
@@ -30,17 +30,14 @@ import time
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from reference_heapq import reference_batch, root_rows, stored_rows, table_law, table_rows  # noqa: E402
-
-from brwsim import tree as T  # noqa: E402
-from brwsim.cli import _one_cpu_device_per_core  # noqa: E402
-from brwsim.estimate import tree_keys  # noqa: E402
+from brwsim import one_cpu_device_per_core, resolve_devices, tree_keys
+from brwsim import oracle as O
+from brwsim.testing import reference_batch, root_rows, stored_rows, table_law, table_rows
+from brwsim.tree import tree_value
 
 # Like the brwsim command: one XLA CPU device per core, each batch split over
 # them (--devices N for fewer); set before jax's backend starts.
-_one_cpu_device_per_core()
+one_cpu_device_per_core()
 
 
 def _peak_rss_mb() -> float:
@@ -49,15 +46,15 @@ def _peak_rss_mb() -> float:
 
 def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch: int | None, log, devices=None) -> dict:
     K = min(law.vocab, P)
-    devs = T.resolve_devices(devices)
+    devs = resolve_devices(devices)
     n_dev = len(devs) if devs else 1
-    B = batch or T.default_batch(law, P) * n_dev
+    B = batch or O.default_batch(law, P) * n_dev
     B = -(-B // n_dev) * n_dev
-    keys = tree_keys(0, 0, B)
+    keys = tree_keys(jax.random.key(0), 0, B)
     roots = root_rows(law, keys)
 
     t0 = time.perf_counter()
-    tree = jax.block_until_ready(T.oracle_batch(law, keys, P, K, devices=devs))
+    tree = jax.block_until_ready(O.oracle_batch(law, keys, P, K, devices=devs))
     first = time.perf_counter() - t0
     # exactness on a sample of trees (all of them when cheap)
     n_check = int(min(B, max(4, 20000 // P)))
@@ -74,7 +71,7 @@ def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch: int | No
         raise SystemExit(f"P={P}: brwsim and the heapq reference disagree")
     lp64, _, _ = reference_batch(rows, roots[:n_check], P, K, dtype="float64")
     v32, v64 = np.exp(lp).sum(1), np.exp(lp64).sum(1)
-    v_jax = np.asarray(T.tree_value(tree)[:n_check], np.float64)  # float32 sum in JAX
+    v_jax = np.asarray(tree_value(tree)[:n_check], np.float64)  # float32 sum in JAX
     f32_err = float(np.max(np.abs(v32 - v64) / v64))
     sum_err = float(np.max(np.abs(v_jax - v64) / v64))
 
@@ -82,7 +79,7 @@ def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch: int | No
     b_rates, r_rates = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(T.oracle_batch(law, keys, P, K, devices=devs))
+        jax.block_until_ready(O.oracle_batch(law, keys, P, K, devices=devs))
         b_rates.append(B / (time.perf_counter() - t0))
         t0 = time.perf_counter()
         reference_batch(rows, roots[:n_ref], P, K)
@@ -103,7 +100,7 @@ def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch: int | No
         "exact_trees_checked": n_check,
         "float32_vs_float64_value_rel_err": f32_err,
         "jax_float32_sum_rel_err": sum_err,
-        "oracle_bytes_per_tree": T.oracle_memory(law, P, K),
+        "oracle_bytes_per_tree": O.oracle_memory(law, P, K),
         "peak_rss_mb": _peak_rss_mb(),
         "devices": n_dev,
     }
@@ -148,7 +145,7 @@ def main(argv=None) -> int:
     path = "stored rows" if args.stored_rows else "row indices"
     log(
         f"table law V={args.V}, {args.rows} rows (Dirichlet 0.1), oracle path: {path}; "
-        f"{len(T.resolve_devices(args.devices))} devices; {os.cpu_count()} cpus; jax {jax.__version__}"
+        f"{len(resolve_devices(args.devices))} devices; {os.cpu_count()} cpus; jax {jax.__version__}"
     )
     log(
         f"{'P':>6} {'batch':>6} {'brwsim t/s':>12} {'heapq t/s':>12} {'ratio':>7} {'[min, max]':>13} "

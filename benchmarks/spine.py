@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import jax
 import numpy as np
 
 from brwsim import laws, spine
@@ -21,7 +22,7 @@ def main(walks: int = 65536, depth: int = 64) -> None:
         law = laws.parse_law(spec)
         for rep in range(2):  # the first run compiles
             t = time.perf_counter()
-            w = spine.sample_walks(law, walks, seed=rep, depth=depth)
+            w = spine.sample_walks(jax.random.key(rep), law, walks, depth=depth)
             dt = time.perf_counter() - t
         steps = int(np.isfinite(w.xi).sum())
         print(f"{spec:<32} {steps / dt:>10.3g} steps/s  ({steps} steps in {dt:.2f} s)")

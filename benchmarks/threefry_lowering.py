@@ -3,7 +3,7 @@
     python benchmarks/threefry_lowering.py [--law SPEC] [--P 64] [--batch 256]
 
 Compiles ``tree._oracle_kernel`` twice in one process, once with JAX's CPU
-lowering and once inside ``brwsim.lowering.unrolled_threefry`` (two fresh
+lowering and once inside ``brwsim.unrolled_threefry`` (two fresh
 jitted functions: JAX caches lowerings per traced function), checks the trees
 are identical, then times them interleaved (11 rounds, one device) and prints
 trees/s of each, compile times and the median of the per-round ratios.
@@ -23,10 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from reference_heapq import table_law  # noqa: E402
 
-from brwsim import tree as T  # noqa: E402
-from brwsim.estimate import tree_keys  # noqa: E402
+from brwsim import oracle as O  # noqa: E402
+from brwsim import tree_keys, unrolled_threefry  # noqa: E402
 from brwsim.laws import parse_law  # noqa: E402
-from brwsim.lowering import unrolled_threefry  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -37,10 +36,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     law = table_law(64) if args.law == "table" else parse_law(args.law)
     P, B = args.P, args.batch
-    K, shape, keys = min(law.vocab, P), T._frontier_shape(P + 1), tree_keys(0, 0, B)
+    K, shape, keys = min(law.vocab, P), O.frontier_shape(P + 1), tree_keys(jax.random.key(0), 0, B)
 
     def make():
-        return jax.jit(lambda k: T._oracle_kernel(law, k, None, P=P, K=K, Kc=K, shape=shape)[0])
+        return jax.jit(lambda k: O.oracle_kernel(law, k, None, P=P, K=K, Kc=K, shape=shape)[0])
 
     t0 = time.perf_counter()
     rolled = make()

@@ -34,13 +34,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from reference_heapq import table_law  # noqa: E402
 
+from brwsim import oracle as O  # noqa: E402
 from brwsim import tree as T  # noqa: E402
-from brwsim.estimate import tree_keys  # noqa: E402
+from brwsim import tree_keys  # noqa: E402
+from brwsim._lowering import threefry_fold_in_words  # noqa: E402
 
 F = 7  # fields of a stored node: log P bits, key[0], key[1], state, parent, rank, depth
 
 
 @partial(jax.jit, static_argnames=("P", "K", "C", "W", "M"))
+def _fold(kd, data):
+    return jnp.stack(threefry_fold_in_words(kd[..., 0], kd[..., 1], data), axis=-1)
+
+
 def thresh_kernel(law, tree_keys, thr, P, K, C, W, M):
     B = tree_keys.shape[0]
     impl = jax.random.key_impl(tree_keys)
@@ -82,7 +88,7 @@ def thresh_kernel(law, tree_keys, thr, P, K, C, W, M):
         kd = jax.lax.bitcast_convert_type(win[..., 1:3], jnp.uint32)
         st = win[..., 3]
         dep = win[..., 6]
-        dk = T._threefry_fold_in(kd, 0)
+        dk = _fold(kd, 0)
         d = jax.vmap(jax.vmap(lambda k, s: law.node_logp(wrap(k), s, K)))(dk, st).astype(jnp.float32)
         cv = lp[..., None] + d  # [B,W,K]
         n = jnp.where(valid, jnp.sum(cv >= thr3, axis=-1, dtype=i32), 0)
@@ -109,8 +115,8 @@ def thresh_kernel(law, tree_keys, thr, P, K, C, W, M):
         pkd = jnp.take_along_axis(kd, pw[..., None], axis=1)
         pst = jnp.take_along_axis(st, pw, axis=1)
         pdep = jnp.take_along_axis(dep, pw, axis=1)
-        ckd = T._threefry_fold_in(pkd, 2 + pr)
-        sk = T._threefry_fold_in(ckd, 1)
+        ckd = _fold(pkd, 2 + pr)
+        sk = _fold(ckd, 1)
         cst = jax.vmap(jax.vmap(lambda k, s, rr: law.child_state(wrap(k), s, rr)))(sk, pst, pr)
         ckdi = jax.lax.bitcast_convert_type(ckd, i32)
         vals = jnp.stack(
@@ -165,11 +171,11 @@ def main(argv=None) -> int:
         f"{'P':>6} {'batch':>6} {'N/P med':>8} {'bad':>5} {'new t/s':>9} {'old t/s':>9} {'new/old':>8} {'top_k s':>8}"
     )
     for P in [int(x) for x in args.P.split(",")]:
-        B, K = T.default_batch(law, P), min(args.V, P)
-        keys = tree_keys(0, 0, B)
+        B, K = O.default_batch(law, P), min(args.V, P)
+        keys = tree_keys(jax.random.key(0), 0, B)
         C, W = int(1.6 * P) + 64, max(16, min(256, P // 4))
         M = max(K, W)
-        ref = jax.block_until_ready(T.oracle_batch(law, keys, P, K))
+        ref = jax.block_until_ready(O.oracle_batch(law, keys, P, K))
         thr = jnp.full((B,), float(jnp.min(ref.logP[:, -1])) - args.margin, jnp.float32)
         run = partial(thresh_kernel, law, keys, thr, P=P, K=K, C=C, W=W, M=M)
         tree, bad, n, _ = jax.block_until_ready(run())
@@ -183,7 +189,7 @@ def main(argv=None) -> int:
             jax.block_until_ready(run())
             new.append(B / (time.perf_counter() - t0))
             t0 = time.perf_counter()
-            jax.block_until_ready(T.oracle_batch(law, keys, P, K))
+            jax.block_until_ready(O.oracle_batch(law, keys, P, K))
             old.append(B / (time.perf_counter() - t0))
         # the select step alone, on a store of the same shape (random values past the count are -inf)
         x = jax.random.normal(jax.random.key(0), (B, C))

@@ -1,131 +1,245 @@
-"""The Monte Carlo driver: keys, batches, means and confidence intervals.
+"""The Monte Carlo driver: E[X] of a drafter's tree at each budget P, with confidence intervals.
 
 Tree ``n`` (0-based) of a run with seed ``S`` has key
-``fold_in(fold_in(key(S), 0), n)``; its sampled-continuation check uses
-``fold_in(fold_in(key(S), 1), n)``. A run's numbers therefore depend on the
-seed and the number of trees only, never on the batch size: batches are
+``fold_in(fold_in(key(S), TREES), n)``; its sampled-continuation check uses
+stream ``CHECK`` (:mod:`brwsim._keys`). A run's numbers therefore depend on
+the seed and the number of trees only, never on the batch size: batches are
 padded to a fixed size (so a run compiles once) and the padding is dropped.
+
+Memory does not grow with the number of trees: :func:`simulate` keeps running
+sums per requested P (:class:`brwsim._stats.RunningStat`), and checks before
+it starts that one batch of trees fits in the memory available; a run that
+cannot fit stops with a one-line error naming the largest P or batch that
+would. Interrupted (Ctrl-C), it returns what the finished trees give.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 from collections.abc import Iterable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
-from . import tree as tree_mod
+from . import _processes as processes
+from ._devices import available_memory, default_devices, resolve_devices
+from ._keys import Stream, tree_keys
+from ._lowering import with_unrolled_threefry
+from ._stats import CONVENTION, RunningStat, Stat
+from .drafters import Oracle, draft_stats, drafter_batches, parse_draft_law, parse_drafter
 from .errors import BrwsimError, check_P_list, check_positive_int
-from .laws import Law, Pool, law_spec, parse_law
-from .lowering import with_unrolled_threefry
+from .laws import Law, parse_law
+from .oracle import clear_caches, default_batch, oracle_batch, oracle_memory
+from .spine import law_curves
+from .theory import KINDS, Bounds, bounds_from_curves, moments
+from .tree import prefix_values, sample_accepted_batch
 
-CONVENTION = "X = accepted draft tokens per verifier call (tokens per call = X + 1)"
-Z95 = 1.959963984540054
-
-
-@dataclasses.dataclass(frozen=True)
-class Stat:
-    """A Monte Carlo mean with its standard error (95% CI = 1.96 se)."""
-
-    mean: float
-    se: float
-    n: int
-
-    @property
-    def ci95(self) -> float:
-        return Z95 * self.se
-
-    @classmethod
-    def of(cls, x) -> Stat:
-        x = np.asarray(x, np.float64)
-        n = x.shape[0]
-        se = float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-        return cls(float(x.mean()), se, n)
-
-
-def tree_keys(seed: int, start: int, count: int, stream: int = 0):
-    """Keys of trees ``start .. start + count - 1`` of the run with this seed."""
-    base = jax.random.fold_in(jax.random.key(seed), stream)
-    idx = jnp.arange(start, start + count, dtype=jnp.uint32)
-    return jax.vmap(lambda i: jax.random.fold_in(base, i))(idx)
-
-
-def default_devices():
-    """``"all"`` when the default backend is the CPU with several devices (one per core), else None.
-
-    The command line sets up one XLA CPU device per core before jax starts
-    (:func:`brwsim.cli._one_cpu_device_per_core`); a plain ``import jax`` has
-    one CPU device, and accelerators are used one unless ``devices`` says more.
-    """
-    if jax.default_backend() == "cpu" and jax.device_count() > 1:
-        return "all"
-    return None
+SPINE_WALKS = 8192  # spine walks behind the splitting and dual bounds (half for Markov laws)
+MAX_TREES = 2**32 - 1  # tree indices are uint32 words folded into the key
+# per node and tree, beside the kernel's own buffers: its output tree (28 bytes), the
+# node records moved to tree order (32), prefix values on the device (4) and in float64 (8)
+HOST_BYTES_PER_NODE = 72
+MEMORY_FRACTION = 0.8  # of the memory available, what one batch may use
 
 
 def _progress(total: int, desc: str, enabled: bool | None):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return None
     disable = (not sys.stderr.isatty()) if enabled is None else (not enabled)
     return tqdm(total=total, desc=desc, unit="tree", disable=disable, file=sys.stderr, leave=False)
 
 
+def tree_bytes(law: Law, P: int) -> int:
+    """Approximate peak bytes one tree of the oracle at budget P needs, kernel and host arrays together."""
+    return oracle_memory(law, P) + HOST_BYTES_PER_NODE * (P + 1)
+
+
+def _largest_P(law: Law, budget: float) -> int:
+    lo, hi = 1, 2**40
+    while lo < hi:  # tree_bytes grows with P
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if tree_bytes(law, mid) <= budget else (lo, mid - 1)
+    return lo
+
+
+def plan_batch(law: Law, P_max: int, trees: int, batch: int | None, devs) -> int:
+    """Trees per oracle call (a multiple of the device count), checked against the memory available.
+
+    A default batch shrinks to what fits; a P or an explicit batch that cannot
+    fit is a one-line error naming the largest P or batch that would.
+    """
+    n_dev = len(devs) if devs else 1
+    B = min(batch or default_batch(law, P_max) * n_dev, trees)
+    B = -(-B // n_dev) * n_dev  # equal shares; padding trees are dropped
+    avail = available_memory(devs)
+    if avail is None:
+        return B
+    budget, per_tree = MEMORY_FRACTION * avail, tree_bytes(law, P_max)
+    least = n_dev * (1 if law.indexed else 2)  # the oracle runs at least two trees a device on a drawn law
+    if per_tree * least > budget:
+        raise BrwsimError(
+            f"P={P_max} needs about {per_tree * least / 1e9:.3g} GB for the oracle ({law.spec()}, {least} trees "
+            f"at once), more than the {budget / 1e9:.3g} GB a run may use here ({MEMORY_FRACTION:.0%} of the memory "
+            f"available): the largest P that fits is about {_largest_P(law, budget / least)}; beyond it, "
+            "`brwsim laws` gives the spine's bounds with no tree"
+        )
+    fit = int(budget // (per_tree * n_dev)) * n_dev
+    if B > fit:
+        if batch is not None:
+            raise BrwsimError(
+                f"--batch {batch} at P={P_max} needs about {B * per_tree / 1e9:.3g} GB, more than the "
+                f"{budget / 1e9:.3g} GB a run may use here: the largest batch that fits is {fit}"
+            )
+        B = fit
+    return B
+
+
+def _oracle_batches(key, law: Law, P_max: int, lo: int, hi: int, B: int, devs, check: bool):
+    """Yields ``(values [n, P_max] float64, accepted [n] or None)`` for consecutive batches of trees lo .. hi - 1."""
+    K = min(law.vocab, P_max)
+    for start in range(lo, hi, B):
+        n = min(B, hi - start)
+        keys = tree_keys(key, start, B)
+        t = oracle_batch(law, keys, P=P_max, K=K, devices=devs)
+        acc = None
+        if check:
+            acc = np.asarray(sample_accepted_batch(law, keys, t, tree_keys(key, start, B, Stream.CHECK), K=K))[:n]
+        yield np.asarray(prefix_values(t), np.float64)[:n], acc
+
+
 def oracle_values(
+    key,
     law: Law,
     P_max: int,
     trees: int,
-    seed: int,
     batch: int | None = None,
     check: bool = False,
     progress: bool | None = None,
     devices=None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Per-tree values of the oracle trees T*_1 .. T*_Pmax.
+    """Every tree's values of the oracle trees T*_1 .. T*_Pmax of the run with key ``key``.
 
     Returns ``values`` (float64 [trees, P_max]; column ``P - 1`` is
     E[L(T*_P) | U] of each tree) and, with ``check``, the accepted lengths
     of one sampled continuation per tree through T*_Pmax (int [trees]).
-    ``devices`` (``"all"``, a count or a list) shards each batch of trees over
-    several devices; tree n's key depends on n only, so the values are those
-    of one device.
+    Holds all of them: for means and errors, :func:`simulate` needs no such
+    array. ``devices`` (``"all"``, a count or a list) shards each batch over
+    several devices (same values).
     """
-    K = min(law.vocab, P_max)
-    devs = tree_mod.resolve_devices(default_devices() if devices is None else devices)
-    n_dev = len(devs) if devs else 1
-    B = min(batch or tree_mod.default_batch(law, P_max) * n_dev, trees)
-    B = -(-B // n_dev) * n_dev  # equal shares; padding trees are dropped
+    devs = resolve_devices(default_devices() if devices is None else devices)
+    B = plan_batch(law, P_max, trees, batch, devs)
+    avail = available_memory()
+    if avail is not None and 8 * trees * (P_max + 1) > MEMORY_FRACTION * avail:
+        raise BrwsimError(
+            f"keeping every tree's values needs {8 * trees * P_max / 1e9:.3g} GB ({trees} trees x P={P_max}) but "
+            f"{avail / 1e9:.3g} GB are available here; use brwsim.simulate, which keeps running sums"
+        )
     values = np.empty((trees, P_max), np.float64)
     accepted = np.empty((trees,), np.int64) if check else None
-    bar = _progress(trees, f"oracle P={P_max}", progress)
-    for start in range(0, trees, B):
-        n = min(B, trees - start)
-        keys = tree_keys(seed, start, B)
-        t = tree_mod.oracle_batch(law, keys, P=P_max, K=K, devices=devs)
-        values[start : start + n] = np.asarray(tree_mod.prefix_values(t), np.float64)[:n]
-        if check:
-            wk = tree_keys(seed, start, B, stream=1)
-            acc = tree_mod.sample_accepted_batch(law, keys, t, wk, K=K)
-            accepted[start : start + n] = np.asarray(acc)[:n]
-        if bar is not None:
-            bar.update(n)
-    if bar is not None:
-        bar.close()
-    tree_mod.release_scratch()
+    start = 0
+    with _progress(trees, f"oracle P={P_max}", progress) as bar:
+        for v, acc in _oracle_batches(key, law, P_max, 0, trees, B, devs, check):
+            values[start : start + v.shape[0]] = v
+            if check:
+                accepted[start : start + v.shape[0]] = acc
+            start += v.shape[0]
+            bar.update(v.shape[0])
+    clear_caches()
     return values, accepted
+
+
+class _Sums:
+    """Running statistics of every requested P (and of the check), optionally with every tree's values."""
+
+    def __init__(self, P_list: list[int], keep: bool):
+        self.P_list = P_list
+        self.cols = [RunningStat() for _ in P_list]
+        self.check = RunningStat()
+        self.kept: list[np.ndarray] | None = [] if keep else None
+
+    def add(self, cols: list[int], values: np.ndarray, accepted=None) -> None:
+        for j, c in enumerate(cols):
+            self.cols[c].add(values[:, j])
+        if accepted is not None:
+            self.check.add(accepted)
+        if self.kept is not None:
+            self.kept.append((cols, values))
+
+    def values(self, trees: int) -> np.ndarray | None:
+        if self.kept is None:
+            return None
+        out = np.full((trees, len(self.P_list)), np.nan)
+        filled = [0] * len(self.P_list)
+        for cols, v in self.kept:
+            for j, c in enumerate(cols):
+                out[filled[c] : filled[c] + v.shape[0], c] = v[:, j]
+                filled[c] += v.shape[0]
+        return out
+
+
+def _tree_values(key, law: Law, d, dlaw, P_list, lo: int, hi: int, batch, check: bool, devices):
+    """Yields ``(columns, values [n, len(columns)], accepted [n] or None)`` for trees lo .. hi - 1, each column's
+    trees in order: what :class:`_Sums` adds, for the oracle or another drafter."""
+    if isinstance(d, Oracle):
+        devs = resolve_devices(default_devices() if devices is None else devices)
+        B = plan_batch(law, P_list[-1], hi - lo, batch, devs)
+        cols = list(range(len(P_list)))
+        try:
+            for v, acc in _oracle_batches(key, law, P_list[-1], lo, hi, B, devs, check):
+                yield cols, v[:, [p - 1 for p in P_list]], acc
+        finally:
+            clear_caches()
+        return
+    for cols, _, v in drafter_batches(key, d, law, dlaw, P_list, hi, batch, lo=lo):
+        yield cols, v, None
+    if check:  # the target's sampled continuation through the largest tree
+        B = min(batch or d.batch_size(law, P_list[-1]), hi - lo)
+        for start in range(lo, hi, B):
+            n = min(B, hi - start)
+            keys = tree_keys(key, start, B)
+            t = d.trees(key, law, dlaw, keys, P_list[-1])
+            acc = sample_accepted_batch(law, keys, t, tree_keys(key, start, B, Stream.CHECK), K=law.vocab)
+            yield [], np.zeros((n, 0)), np.asarray(acc)[:n]
+
+
+def _collect(sums: _Sums, key, law, d, dlaw, P_list, trees, batch, check, progress, devices) -> None:
+    """Every tree's values into ``sums``: here, or split over the processes of a multi-process run."""
+    if processes.count() == 1:
+        total = trees * (1 if d.nested else len(P_list))
+        with _progress(total, f"{d.text} P={P_list[-1]}", progress) as bar:
+            for cols, v, acc in _tree_values(key, law, d, dlaw, P_list, 0, trees, batch, check, devices):
+                sums.add(cols, v, acc)
+                bar.update(v.shape[0] if cols else 0)
+        return
+    # Rounds of one segment per process; every process adds every segment in tree order, so the running
+    # sums are those of one process, bit for bit (a segment holds at most one block of values).
+    n, r = processes.count(), processes.index()
+    seg = min(RunningStat.BLOCK, -(-trees // n))
+    for j in range(-(-trees // (seg * n))):
+        lo = min(trees, (j * n + r) * seg)
+        hi = min(trees, lo + seg)
+        mine = list(_tree_values(key, law, d, dlaw, P_list, lo, hi, batch, check, devices)) if hi > lo else []
+        for part in processes.gather(mine):
+            for cols, v, acc in part:
+                sums.add(cols, v, acc)
+
+
+def _draft_info(key, d, law, dlaw) -> dict:
+    info = {"drafter": d.text, "draft_law": dlaw.spec()}
+    for name, s in draft_stats(key, law, dlaw)._asdict().items():
+        info[name], info[name + "_se"] = s.mean, s.se
+    return info
 
 
 @dataclasses.dataclass
 class PResult:
+    """E[X] at one budget P (and the check's estimate with ``--check``), with the bounds at that P."""
+
     P: int
     stat: Stat
     check: Stat | None = None
-    bounds: dict[str, float] | None = None
+    bounds: Bounds | None = None
 
     def to_dict(self) -> dict:
         d = {"P": self.P, "mean": self.stat.mean, "ci95": self.stat.ci95, "se": self.stat.se}
@@ -133,15 +247,22 @@ class PResult:
             d["check_mean"] = self.check.mean
             d["check_ci95"] = self.check.ci95
         if self.bounds is not None:
-            d["bounds"] = self.bounds
+            d |= self.bounds.to_dict()
         return d
 
 
 @dataclasses.dataclass
 class SimulationResult:
-    """What :func:`simulate` returns; ``to_dict()`` is the CLI's JSON object."""
+    """What :func:`simulate` returns; ``to_dict()`` is the command's JSON object.
+
+    ``trees`` counts the trees behind the estimates: fewer than asked when the
+    run was interrupted (``interrupted``; then no bounds are computed).
+    ``values`` holds every tree's value at each P (``[trees, len(results)]``)
+    only when ``simulate(..., keep_values=True)`` asked for it.
+    """
 
     law: str
+    iid: bool
     mu: float
     mu2: float
     mu_se: float
@@ -152,12 +273,15 @@ class SimulationResult:
     drafter: str = "oracle"
     seconds: float = 0.0
     draft: dict | None = None  # non-oracle drafters: draft law and its divergences
+    interrupted: bool = False
+    trees_requested: int = 0
+    values: np.ndarray | None = None
 
     def to_dict(self) -> dict:
-        extra = {"draft": self.draft} if self.draft is not None else {}
-        return {
+        d = {
             "law": self.law,
             "convention": CONVENTION,
+            "iid": self.iid,
             "drafter": self.drafter,
             "mu": self.mu,
             "mu2": self.mu2,
@@ -166,13 +290,42 @@ class SimulationResult:
             "trees": self.trees,
             "seed": self.seed,
             "results": [r.to_dict() for r in self.results],
-        } | extra
+        }
+        if self.interrupted:
+            d |= {"interrupted": True, "trees_requested": self.trees_requested}
+        if any(r.bounds is not None for r in self.results):
+            d["kinds"] = KINDS
+        return d | ({"draft": self.draft} if self.draft is not None else {})
 
     def __getitem__(self, P: int) -> PResult:
         for r in self.results:
             if r.P == P:
                 return r
         raise KeyError(P)
+
+
+def _check_inputs(law, P, trees, seed, batch, drafter, draft_law):
+    law_obj = parse_law(law)
+    P_list = check_P_list(P)
+    trees = check_positive_int("trees", trees)
+    if trees > MAX_TREES:
+        raise BrwsimError(
+            f"trees must be at most {MAX_TREES} (tree indices are 32-bit), got {trees}; "
+            "run several seeds for more, each seed's trees are independent of the others'"
+        )
+    seed = check_positive_int("seed", seed, minimum=0)
+    batch = None if batch is None else check_positive_int("batch", batch)
+    law_obj.check_budget(max(P_list))
+    d = parse_drafter(drafter)
+    if isinstance(d, Oracle) and draft_law is not None:
+        raise BrwsimError("--draft-law applies to a drafter other than the oracle; add e.g. --drafter topq")
+    return law_obj, P_list, trees, seed, batch, d
+
+
+def _bounds(key, law: Law, P_list, mom) -> list[Bounds]:
+    walks = SPINE_WALKS if law.is_iid else SPINE_WALKS // 2
+    curves = law_curves(key, law, P_list[-1], walks=walks, mu_hint=mom.mu)
+    return bounds_from_curves(curves, P_list, mom.mu, mom.mu2, law.is_iid)
 
 
 @with_unrolled_threefry
@@ -188,67 +341,61 @@ def simulate(
     drafter: str | None = None,
     draft_law: str | None = None,
     devices=None,
+    keep_values: bool = False,
 ) -> SimulationResult:
-    """E[X] of the oracle tree at each budget P, with 95% confidence intervals.
-
-    ``drafter`` (``NAME[:key=value,...]``, default ``oracle``) and ``draft_law``
-    (the drafter's q, default ``exact``) select another drafter: see
-    :mod:`brwsim.drafters` and :mod:`brwsim.draftlaws`. ``devices`` (``"all"``
-    or a count) shards the oracle's trees over devices (same results).
+    """E[X] of the oracle tree (or another drafter's) at each budget P, with 95% confidence intervals.
 
     ``law`` is a SPEC string (see :func:`brwsim.laws.parse_law`) or a law
-    object. X counts accepted draft tokens per verifier call; tokens per call
-    are X + 1. With ``check`` each result also carries the mean accepted
-    length of one simulated target continuation per tree, an independent
-    estimator of the same quantity.
+    object; ``drafter`` (``NAME[:key=value,...]``, default ``oracle``) and
+    ``draft_law`` (the drafter's q, default ``exact``) select another drafter
+    (:mod:`brwsim.drafters`). ``devices`` (``"all"`` or a count) shards the
+    oracle's trees over devices (same results). X counts accepted draft tokens
+    per verifier call; tokens per call are X + 1. With ``check`` the largest
+    P also carries the mean accepted length of one simulated target
+    continuation per tree, an independent estimator of the same quantity.
+    With ``bounds`` every P carries its :class:`brwsim.theory.Bounds`.
+    ``keep_values`` also returns every tree's value (memory grows with the trees).
+    A KeyboardInterrupt stops the trees and returns the finished ones' estimates.
     """
-    law_obj = parse_law(law)
-    spec = law if isinstance(law, str) else law_spec(law_obj)
-    P_list = check_P_list(P)
-    trees = check_positive_int("trees", trees)
-    seed = check_positive_int("seed", seed, minimum=0)
-    if batch is not None:
-        batch = check_positive_int("batch", batch)
-    if isinstance(law_obj, Pool) and law_obj.truncated and max(P_list) > law_obj.vocab:
-        raise BrwsimError(
-            f"pool {law_obj.path!r} keeps {law_obj.vocab} entries per row, but P={max(P_list)} may need "
-            f"{max(P_list)} children of one node; save more entries per row or use P <= {law_obj.vocab}"
-        )
+    law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
     t0 = time.perf_counter()
-    P_max = max(P_list)
-    draft = None
-    if drafter is None or drafter.strip().lower() == "oracle":
-        if draft_law is not None:
-            raise BrwsimError("--draft-law applies to a drafter other than the oracle; add e.g. --drafter topq")
-        values, accepted = oracle_values(law_obj, P_max, trees, seed, batch, check, progress, devices=devices)
-    else:
-        from . import drafters
-
-        values, accepted, draft = drafters.simulate_values(
-            drafter, law_obj, draft_law, P_list, trees, seed, batch, check
-        )
-    from . import theory
-
-    mom = theory.moments(law_obj, seed=seed)
-    results = []
-    for p in P_list:
-        res = PResult(P=p, stat=Stat.of(values[:, p - 1]))
-        results.append(res)
-    if check:
-        # the check walks the largest tree only
-        results[-1].check = Stat.of(accepted)
-    if bounds:
-        theory.attach_bounds(law_obj, results, mom, seed=seed)
+    key = jax.random.key(seed)
+    sums, draft, dlaw, interrupted = _Sums(P_list, keep_values), None, None, False
+    if not isinstance(d, Oracle):
+        dlaw = parse_draft_law(draft_law)
+        dlaw.check(law_obj)
+        draft = _draft_info(key, d, law_obj, dlaw)
+    try:
+        _collect(sums, key, law_obj, d, dlaw, P_list, trees, batch, check, progress, devices)
+    except KeyboardInterrupt:
+        interrupted = True
+    done = min(s.n for s in sums.cols)
+    if done == 0:
+        raise KeyboardInterrupt
+    mom = moments(key, law_obj)
+    results = [PResult(P=p, stat=s.stat()) for p, s in zip(P_list, sums.cols, strict=True)]
+    if check and sums.check.n:  # the check walks the largest tree only
+        results[-1].check = sums.check.stat()
+    if bounds and not interrupted:
+        for r, b in zip(results, _bounds(key, law_obj, P_list, mom), strict=True):
+            r.bounds = b
     return SimulationResult(
-        law=spec,
+        law=law if isinstance(law, str) else law_obj.spec(),
+        iid=law_obj.is_iid,
         mu=mom.mu,
         mu2=mom.mu2,
         mu_se=mom.mu_se,
         mu2_se=mom.mu2_se,
-        trees=trees,
+        trees=done,
         seed=seed,
         results=results,
         seconds=time.perf_counter() - t0,
-        drafter=draft["drafter"] if draft else "oracle",
+        drafter=d.text,
         draft=draft,
+        interrupted=interrupted,
+        trees_requested=trees,
+        values=sums.values(done) if keep_values else None,
     )
+
+
+__all__ = ["PResult", "SimulationResult", "oracle_values", "plan_batch", "simulate", "tree_bytes"]

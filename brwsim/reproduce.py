@@ -13,10 +13,14 @@ import datetime
 import importlib
 import importlib.util
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from experiments import common
+
+from . import _processes as processes
+from .errors import BrwsimError
 
 EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows real_model writes
     "scaling_in_P",
@@ -32,17 +36,6 @@ EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows rea
 ]
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "brwsim", "experiments"], capture_output=True, text=True
-        ).stdout.strip()
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _available(names):
     out = []
     for n in names:
@@ -53,10 +46,6 @@ def _available(names):
 
 def run(quick: bool = False, only: list[str] | None = None, seed: int = 0, log=sys.stderr) -> Path:
     """Run the experiments (all, or ``only``) and write the report; return its path."""
-    from experiments import common
-
-    from .errors import BrwsimError
-
     names = _available(EXPERIMENTS)
     if only:
         unknown = [n for n in only if n not in names]
@@ -64,37 +53,68 @@ def run(quick: bool = False, only: list[str] | None = None, seed: int = 0, log=s
             raise BrwsimError(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(names)}")
         names = [n for n in names if n in only]
     argv = ["--seed", str(seed)] + (["--quick"] if quick else [])
-    done = []
+    if processes.count() > 1:
+        return _run_shared(names, argv, quick, seed, log)
     t_all = time.perf_counter()
-    for i, name in enumerate(names, 1):
-        print(f"[{i}/{len(names)}] {name} ...", file=log, flush=True)
-        mod = importlib.import_module(f"experiments.{name}")
-        before = dict(common.COUNTERS)
-        t0 = time.perf_counter()
-        info = mod.main(argv) or {}
-        dt = time.perf_counter() - t0
-        computed = common.COUNTERS["computed"] - before.get("computed", 0)
-        cached = common.COUNTERS["cached"] - before.get("cached", 0)
-        print(
-            f"[{i}/{len(names)}] {name}: {dt:.1f} s ({computed} points computed, {cached} from cache)",
-            file=log,
-            flush=True,
-        )
-        done.append((name, mod, info, dt, computed, cached))
-    total = time.perf_counter() - t_all
-    return write_report(done, quick, seed, total)
+    done = [_run_one(name, argv, f"[{i}/{len(names)}]", log) for i, name in enumerate(names, 1)]
+    return write_report(done, quick, seed, time.perf_counter() - t_all)
+
+
+def _run_one(name: str, argv: list[str], tag: str, log) -> tuple:
+    """(name, module, info, seconds, points computed, points read from cache) of one experiment."""
+    print(f"{tag} {name} ...", file=log, flush=True)
+    mod = importlib.import_module(f"experiments.{name}")
+    before = dict(common.COUNTERS)
+    t0 = time.perf_counter()
+    info = mod.main(argv) or {}
+    dt = time.perf_counter() - t0
+    computed = common.COUNTERS["computed"] - before.get("computed", 0)
+    cached = common.COUNTERS["cached"] - before.get("cached", 0)
+    print(f"{tag} {name}: {dt:.1f} s ({computed} points computed, {cached} from cache)", file=log, flush=True)
+    return name, mod, info, dt, computed, cached
+
+
+def _cache_files() -> dict[str, Path]:
+    root = common.out_dirs()[0] / ".cache"
+    return {str(p.relative_to(root)): p for p in root.rglob("*.json")} if root.exists() else {}
+
+
+def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log) -> Path | None:
+    """A multi-process run: each process computes every ``count()``-th experiment's points into the cache;
+    the new cache entries are exchanged; process 0 then assembles every experiment from the cache and
+    writes the report (with each experiment's first run time)."""
+    t_all = time.perf_counter()
+    before, first, mine, me = set(_cache_files()), {}, processes.share(names), processes.index()
+    with processes.alone():
+        for name in mine:
+            _, _, _, dt, computed, cached = _run_one(name, argv, f"[process {me}]", log)
+            first[name] = (dt, computed, cached)
+    new = {k: p.read_bytes() for k, p in _cache_files().items() if k not in before}
+    root = common.out_dirs()[0] / ".cache"
+    for timings, files in processes.gather((first, new)):
+        first |= timings
+        for rel, blob in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            if not (root / rel).exists():
+                (root / rel).write_bytes(blob)
+    path = None
+    if processes.is_main():
+        with processes.alone():
+            done = [_run_one(n, argv, f"[{i}/{len(names)}]", log)[:3] + first[n] for i, n in enumerate(names, 1)]
+            path = write_report(done, quick, seed, time.perf_counter() - t_all)
+    processes.barrier("reproduce-report")
+    return path
 
 
 def write_report(done, quick: bool, seed: int, total: float) -> Path:
-    from experiments import common
-
     common._MODE["quick"] = quick
     _, figures = common.out_dirs()
     figures.mkdir(parents=True, exist_ok=True)
     lines = [
         "# brwsim: reproduced figures and tables",
         "",
-        f"Mode: {'quick (small runs)' if quick else 'full'}; seed {seed}; commit {_commit()}; "
+        f"Mode: {'quick (small runs)' if quick else 'full'}; seed {seed}; "
+        f"command `brwsim reproduce{' --quick' if quick else ''}`; "
         f"{datetime.date.today().isoformat()}; {platform.machine()}, {platform.system()}; "
         f"total wall time {total:.0f} s (points already cached are not recomputed: see the per-experiment counts).",
         "",
@@ -126,18 +146,3 @@ def write_report(done, quick: bool, seed: int, total: float) -> Path:
     path = figures / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def _cmd(args) -> int:
-    only = [x.strip() for x in args.only.split(",")] if args.only else None
-    path = run(quick=args.quick, only=only, seed=args.seed)
-    print(f"wrote {path}")
-    return 0
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("reproduce", help="run every experiment and write figures/REPORT.md")
-    p.add_argument("--quick", action="store_true", help="small runs (a few minutes in all)")
-    p.add_argument("--only", default=None, help="comma-separated experiment names")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=_cmd)

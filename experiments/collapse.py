@@ -1,6 +1,6 @@
 """Data collapse: the asymptotic law E[X] ~ ln(mu P)/mu + mu_2/(2 mu^2) - 1 puts every law on one line.
 
-With y = mu * (E[X] + 1 - mu_2/(2 mu^2)) and x = ln(mu P), THEORY 5(d) predicts
+With y = mu * (E[X] + 1 - mu_2/(2 mu^2)) and x = ln(mu P), the asymptotic prediction (d) of docs/theory.md predicts
 y = x + o(1) for every i.i.d. law with non-lattice steps: the points of all
 laws of ``scaling_in_P`` fall on the identity line as P grows. The left panel
 shows the raw mu * E[X] against ln(mu P), whose slope-1 lines differ only by
@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
     ax0.set_title("raw: slope 1, law-dependent offsets")
     ax1.set_xlabel("ln(mu P)")
     ax1.set_ylabel("mu * (E[X] + 1 - mu_2 / (2 mu^2))  (nats)")
-    ax1.set_title("collapsed: THEORY 5(d) predicts the identity line")
+    ax1.set_title("collapsed: the asymptotic prediction is the identity line")
     ax0.legend(frameon=False, fontsize=7)
     ax1.legend(frameon=False, fontsize=7)
     fig.tight_layout()

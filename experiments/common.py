@@ -65,8 +65,13 @@ def parser(name: str, doc: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+# Bump when a change to brwsim changes some numbers on purpose (e.g. a random stream), so that no
+# point cached before it is read back; the cache is per machine (results/.cache is not committed).
+CACHE_EPOCH = 2
+
+
 def _digest(params: dict) -> str:
-    blob = json.dumps(params, sort_keys=True, default=str).encode()
+    blob = json.dumps(params | {"cache_epoch": CACHE_EPOCH}, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -85,6 +90,14 @@ def cached(name: str, params: dict, compute: Callable[[], list[dict]]) -> list[d
     tmp.write_text(json.dumps({"params": params, "seconds": time.perf_counter() - t0, "rows": rows}))
     tmp.replace(path)
     return rows
+
+
+def bound_value(result_row: dict, name: str):
+    """The value of a bound or closed form ``name`` in a result row's ``bounds``, ``predictions`` or ``iid_only``."""
+    for group in ("bounds", "predictions", "iid_only"):
+        if name in (result_row.get(group) or {}):
+            return result_row[group][name]
+    return None
 
 
 def row(law: str, P: int | None, statistic: str, mean: float, ci95: float, trees: int, seed: int, **extra) -> dict:

@@ -1,4 +1,4 @@
-"""Figure (c): the drafter's gap to the oracle against its cross-entropy (issue 6).
+"""Figure (c): the drafter's gap to the oracle against its cross-entropy.
 
 For draft laws of three kinds (logit noise, temperature mismatch, mixture with
 an independent draw of the same law) on one i.i.d. law: the mean
@@ -9,12 +9,12 @@ X = accepted draft tokens per verifier call.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 import brwsim
-from brwsim.drafters import drafter_values
-from brwsim.draftlaws import draft_stats
-from brwsim.estimate import Stat
+from brwsim import Stat
+from brwsim.drafters import draft_stats, drafter_values
 from experiments import common
 
 NAME = "drafter_gap"
@@ -31,13 +31,14 @@ QUICK = dict(P=[8], trees=12, samples=256)
 
 def point(dl: str, P: list[int], trees: int, samples: int, seed: int) -> list[dict]:
     def compute():
-        st = draft_stats(LAW, dl, samples=samples, seed=seed)
+        key = jax.random.key(seed)
+        st = draft_stats(key, LAW, dl, samples=samples)._asdict()
         rows = [
             common.row(LAW, None, nm, st[nm].mean, st[nm].ci95, samples, seed, draft_law=dl)
             for nm in ("entropy", "cross_entropy", "kl", "tv")
         ]
-        o = drafter_values("oracle", LAW, None, P, trees, seed)
-        q = drafter_values("topq", LAW, dl, P, trees, seed)
+        o = drafter_values(key, "oracle", LAW, None, P, trees)
+        q = drafter_values(key, "topq", LAW, dl, P, trees)
         for i, p in enumerate(P):
             g = Stat.of(o[:, i] - q[:, i])
             s = Stat.of(q[:, i])

@@ -1,4 +1,4 @@
-"""Figure (a): E[X] against P for the oracle and practical drafters (issue 6).
+"""Figure (a): E[X] against P for the oracle and practical drafters.
 
 One i.i.d. law, two levels of drafter logit noise (q = softmax(log p + sigma Z)).
 Drafters: the oracle T*_P (perfect knowledge), top-P by Q, EAGLE-2/3's dynamic
@@ -10,13 +10,12 @@ X = accepted draft tokens per verifier call (tokens per call = X + 1).
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 import brwsim
-from brwsim import theory
-from brwsim.drafters import drafter_values
-from brwsim.draftlaws import draft_stats
-from brwsim.estimate import Stat
+from brwsim import Stat, theory
+from brwsim.drafters import draft_stats, drafter_values
 from brwsim.laws import parse_law
 from experiments import common
 
@@ -38,14 +37,15 @@ QUICK = dict(P=[4], trees=8, samples=256)
 def points(dl: str, P: list[int], trees: int, seed: int, samples: int) -> list[dict]:
     def compute():
         rows = []
-        st = draft_stats(LAW, dl, samples=samples, seed=seed)
+        key = jax.random.key(seed)
+        st = draft_stats(key, LAW, dl, samples=samples)._asdict()
         for nm in ("cross_entropy", "kl", "tv"):
             rows.append(common.row(LAW, None, nm, st[nm].mean, st[nm].ci95, trees, seed, draft_law=dl))
-        oracle = drafter_values("oracle", LAW, None, P, trees, seed)
+        oracle = drafter_values(key, "oracle", LAW, None, P, trees)
         for label, spec in DRAFTERS.items():
             if spec == "sequoia":
                 spec = f"sequoia:samples={samples}"
-            v = oracle if spec == "oracle" else drafter_values(spec, LAW, dl, P, trees, seed)
+            v = oracle if spec == "oracle" else drafter_values(key, spec, LAW, dl, P, trees)
             for i, p in enumerate(P):
                 s = Stat.of(v[:, i])
                 g = Stat.of(oracle[:, i] - v[:, i])
@@ -59,7 +59,7 @@ def points(dl: str, P: list[int], trees: int, seed: int, samples: int) -> list[d
 
 
 def bound_rows(P, seed):
-    m = theory.moments(parse_law(LAW), seed=seed)
+    m = theory.moments(jax.random.key(seed), parse_law(LAW))
     rows = [common.row(LAW, None, "mu", m.mu, 1.96 * m.mu_se, 0, seed)]
     for p in P:
         for b in ("theorem1_leading", "renewal"):

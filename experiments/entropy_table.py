@@ -1,6 +1,6 @@
 """Entropy moments of every law: mu, mu_2, mu_2/mu^2, and the two slopes in ln P.
 
-The predicted slope of E[X] in ln P is 1/mu (THEORY 5(c), 5(d)); the paper's
+The predicted slope of E[X] in ln P is 1/mu (docs/theory.md, bounds (c) and (d)); the paper's
 Theorem 1 has (mu + mu_2)/mu^2 = 1/mu + mu_2/mu^2. Rows for real models join
 the table when ``results/real_model_entropy.csv`` exists (written by the
 real-model experiment).
@@ -13,6 +13,8 @@ import json
 import math
 from pathlib import Path
 
+import jax
+
 import brwsim
 from brwsim import laws, theory
 from experiments import common
@@ -24,7 +26,7 @@ MARKOV_EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "two_sta
 
 def law_row(label: str, spec: str, seed: int) -> dict:
     def compute():
-        m = theory.moments(laws.parse_law(spec), seed=seed)
+        m = theory.moments(jax.random.key(seed), laws.parse_law(spec))
         return [
             {
                 "law": label,

@@ -14,6 +14,8 @@ import json
 import math
 from pathlib import Path
 
+import jax
+
 import brwsim
 from brwsim import laws, theory
 from experiments import common
@@ -35,8 +37,8 @@ def iid_twin(markov_path: str, seed: int):
     law = laws.load_markov(markov_path)
 
     def compute():
-        mom = theory.moments(law, seed=seed)
-        return [{"state": n, "fraction": mom.per_state[n]["fraction"]} for n in law.names]
+        mom = theory.moments(jax.random.key(seed), law)
+        return [{"state": n, "fraction": mom.per_state[n].fraction} for n in law.names]
 
     rows = common.cached(NAME + "_twin", {"file": Path(markov_path).read_text(), "seed": seed}, compute)
     freq = [max(r["fraction"], 0.0) for r in rows]
@@ -60,7 +62,7 @@ def points(label: str, spec: str, P, trees, seed) -> list[dict]:
         ]
         for r in res.results:
             rows.append(common.row(spec, r.P, "E[X]", r.stat.mean, r.stat.ci95, trees, seed, label=label))
-            for b, v in (r.bounds or {}).items():
+            for b, v in (r.bounds.values() if r.bounds else {}).items():
                 rows.append(common.row(spec, r.P, b, v, 0.0, trees, seed, label=label))
         return rows
 

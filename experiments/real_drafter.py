@@ -24,6 +24,7 @@ import math
 import time
 
 import brwsim
+from brwsim._stats import mean_ci95
 from experiments import common
 
 NAME = "real_drafter"
@@ -87,12 +88,6 @@ def prompt_point(params: dict, prompt) -> dict:
     return common.cached(NAME, spec | {"version": brwsim.__version__}, compute)[0]
 
 
-def _stat(x) -> tuple[float, float]:
-    from brwsim.llm.measure import _stat as s
-
-    return s(x)
-
-
 def aggregate(params: dict, points: list[dict]) -> list[dict]:
     rows = []
     seed = params["seed"]
@@ -101,17 +96,17 @@ def aggregate(params: dict, points: list[dict]) -> list[dict]:
         label, n = f"{params['model']}/{task}", len(pts)
         extra = dict(model=params["model"], task=task)
         for P in params["P"]:
-            m, c = _stat([p["oracle"][P - 1] for p in pts])
+            m, c = mean_ci95([p["oracle"][P - 1] for p in pts])
             rows.append(common.row(label, P, "oracle", m, c, n, seed, k=None, **extra))
         for i, k in enumerate(pts[0]["ks"]):
             for s, name in enumerate(STATS):
-                m, c = _stat([p["stats"][i][s] for p in pts])
+                m, c = mean_ci95([p["stats"][i][s] for p in pts])
                 rows.append(common.row(label, None, name, m, c, n, seed, k=k, **extra))
             for P in params["P"]:
                 for kind in ("topq", "chain"):
-                    m, c = _stat([p[kind][i][P - 1] for p in pts])
+                    m, c = mean_ci95([p[kind][i][P - 1] for p in pts])
                     rows.append(common.row(label, P, kind, m, c, n, seed, k=k, **extra))
-                m, c = _stat([p["topq"][i][P - 1] / p["oracle"][P - 1] for p in pts])
+                m, c = mean_ci95([p["topq"][i][P - 1] / p["oracle"][P - 1] for p in pts])
                 rows.append(common.row(label, P, "topq_over_oracle", m, c, n, seed, k=k, **extra))
     secs = sum(p["seconds"] for p in points)
     fwd = sum(p["forward_seconds"] for p in points)

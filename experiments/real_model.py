@@ -7,7 +7,7 @@ model's own sampled continuations; E[X] of the real oracle tree T*_P (exact
 best-first search on the real token tree); the i.i.d. surrogate (the same
 visited distributions as a ``pool`` law, simulated with brwsim.simulate);
 the Theorem 1 leading term, ``renewal`` and ``asymptotic`` with the real
-mu, mu_2; the empirical ``splitting`` and ``dual`` bounds (THEORY 5(e)) when
+mu, mu_2; the empirical ``splitting`` and ``dual`` bounds ((e) of docs/theory.md) when
 brwsim.theory provides them. X = accepted draft tokens per verifier call
 (tokens per call = X + 1).
 
@@ -23,6 +23,7 @@ import math
 import sys
 
 import brwsim
+from brwsim.llm.run import run_llm
 from experiments import common
 
 NAME = "real_model"
@@ -38,8 +39,6 @@ def settings(quick: bool, seed: int) -> dict:
 
 
 def compute(params: dict) -> list[dict]:
-    from brwsim.cli_llm import run_llm
-
     d = run_llm(**params, log=lambda m: print(m, file=sys.stderr, flush=True))
     rows = []
     tm = d["timing"]
@@ -55,7 +54,7 @@ def compute(params: dict) -> list[dict]:
             sur, sur_ci = r["surrogate"], r["surrogate_ci95"]
             rows.append(common.row(label, r["P"], "surrogate", sur, sur_ci, params["trees"], seed, **extra))
             for b in BOUNDS:
-                v = r["bounds"].get(b)
+                v = common.bound_value(r, b)
                 if v is not None:
                     rows.append(common.row(label, r["P"], b, v, 0.0, n, seed, **extra))
     rows.append(

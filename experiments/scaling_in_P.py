@@ -30,7 +30,7 @@ def law_points(spec: str, P: list[int], trees: int, seed: int) -> list[dict]:
         ]
         for r in res.results:
             rows.append(common.row(spec, r.P, "E[X]", r.stat.mean, r.stat.ci95, trees, seed))
-            for b, v in (r.bounds or {}).items():
+            for b, v in (r.bounds.values() if r.bounds else {}).items():
                 rows.append(common.row(spec, r.P, b, v, 0.0, trees, seed))
         return rows
 

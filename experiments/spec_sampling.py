@@ -1,4 +1,4 @@
-"""Figure (b): accepted against drafted tokens under exact stochastic verification (issue 6).
+"""Figure (b): accepted against drafted tokens under exact stochastic verification.
 
 The analogue of Kobus and Gunduz's figure 3 on a simulated tree. Per verifier
 call, with k drafted tokens: speculative sampling along one chain (sequence),
@@ -13,13 +13,13 @@ the output (Yin et al.'s identity). X = accepted draft tokens per call.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 import brwsim
+from brwsim import Stat
 from brwsim import specsampling as ss
-from brwsim.drafters import drafter_values
-from brwsim.draftlaws import draft_stats
-from brwsim.estimate import Stat
+from brwsim.drafters import draft_stats, drafter_values
 from brwsim.laws import parse_law
 from experiments import common
 
@@ -34,18 +34,19 @@ SCHEMES = ["sequence", "batch", "tree", "race optimal tree", "race chain", "dete
 def points(k: int, runs: int, samples: int, seed: int) -> list[dict]:
     def compute():
         rows = []
+        key = jax.random.key(seed)
         for scheme in ("sequence", "batch", "tree"):
-            x = ss.call_accepted(LAW, DRAFT_LAW, ss.shape(scheme, k), runs, seed)
+            x = ss.call_accepted(key, LAW, DRAFT_LAW, ss.shape(scheme, k), runs)
             s = Stat.of(x)
             rows.append(common.row(LAW, k, "E[X]", s.mean, s.ci95, runs, seed, scheme=scheme))
-        pi, H, H_se = ss.race_rank_law(LAW, DRAFT_LAW, samples=samples, seed=seed)
+        pi, H, H_se = ss.race_rank_law(key, LAW, DRAFT_LAW, samples=samples)
         for scheme, paths in (
             ("race optimal tree", ss.optimal_race_tree(pi, k)),
             ("race chain", [(0,) * d for d in range(1, k + 1)]),
         ):
-            s = Stat.of(ss.race(LAW, DRAFT_LAW, paths, runs, seed)["X"])
+            s = Stat.of(ss.race(key, LAW, DRAFT_LAW, paths, runs).X)
             rows.append(common.row(LAW, k, "E[X]", s.mean, s.ci95, runs, seed, scheme=scheme))
-        s = Stat.of(drafter_values("topq", LAW, DRAFT_LAW, [k], runs, seed)[:, 0])
+        s = Stat.of(drafter_values(key, "topq", LAW, DRAFT_LAW, [k], runs)[:, 0])
         rows.append(common.row(LAW, k, "E[X]", s.mean, s.ci95, runs, seed, scheme="deterministic top-k by Q"))
         V = parse_law(LAW).vocab
         rows.append(common.row(LAW, k, "H[R]", H, 1.96 * H_se, samples, seed))
@@ -60,12 +61,13 @@ def points(k: int, runs: int, samples: int, seed: int) -> list[dict]:
 def identity_points(T: int, runs: int, seed: int) -> list[dict]:
     def compute():
         rows = []
+        key = jax.random.key(seed)
         for label, widths in (("sequence, chain >= T", (1,) * T), ("batch of 4 chains", (4,) + (1,) * (T - 1))):
-            d = ss.rejection_identity(LAW, DRAFT_LAW, widths, T, runs, seed)
-            for nm, st in d.items():
+            d = ss.rejection_identity(key, LAW, DRAFT_LAW, widths, T, runs)
+            for nm, st in d._asdict().items():
                 rows.append(common.row(LAW, None, nm, st.mean, st.ci95, runs, seed, scheme=label, T=T))
-        st = draft_stats(LAW, DRAFT_LAW, seed=seed)
-        rows.append(common.row(LAW, None, "mean_tv", st["tv"].mean, st["tv"].ci95, 4096, seed))
+        st = draft_stats(key, LAW, DRAFT_LAW)
+        rows.append(common.row(LAW, None, "mean_tv", st.tv.mean, st.tv.ci95, 4096, seed))
         return rows
 
     params = {"law": LAW, "draft_law": DRAFT_LAW, "T": T, "runs": runs, "seed": seed, "v": brwsim.__version__}

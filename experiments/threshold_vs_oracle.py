@@ -1,7 +1,7 @@
 """The spine's threshold-tree curve against exact oracle trees, up to P = 10^6 for the spine.
 
 The threshold tree {v : V(v) <= t} holds the nodes of path probability at
-least e^-t. By the many-to-one lemma (THEORY section 4) its mean size is
+least e^-t. By the many-to-one lemma (docs/theory.md, "The spine") its mean size is
 E[N(t)] = sum_d E[e^(S_d) 1{S_d <= t}] and its mean value is E[tau_t] - 1,
 both estimated from spine walks (the target's own sampled continuations) at
 the cost of a few thousand walks, whatever the size. Plotted against its mean
@@ -12,6 +12,7 @@ fixed at P instead of random).
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 import brwsim
@@ -27,8 +28,9 @@ QUICK = dict(P_max=1e4, walks=1024)
 def curve_points(spec: str, P_max: float, walks: int, seed: int) -> list[dict]:
     def compute():
         law = laws.parse_law(spec)
-        mu = theory.moments(law, seed=seed).mu
-        cur = spine.law_curves(law, P_max=P_max, walks=walks, seed=seed, mu_hint=mu)
+        key = jax.random.key(seed)
+        mu = theory.moments(key, law).mu
+        cur = spine.law_curves(key, law, P_max=P_max, walks=walks, mu_hint=mu)
         t = np.linspace(0.0, min(cur.limit, cur.coverage) * (1 - 1e-9), 400)
         N, N_se, val, val_se = cur.threshold_curve(t)
         rows = []

@@ -1,4 +1,4 @@
-"""Property tests: the rigorous bounds hold for random laws (issue 3).
+"""Property tests: the rigorous bounds hold for random laws.
 
 For random small laws, the simulated oracle mean must not exceed `renewal`
 (i.i.d. laws) nor `splitting` and `dual` (all laws, Markov included) by more
@@ -12,6 +12,7 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jax.random import key
 
 import brwsim
 from brwsim import laws, theory
@@ -22,13 +23,13 @@ FAST = settings(max_examples=4, deadline=None, derandomize=True)
 
 def check_bounds(law, trees, iid, walks=2048):
     res = brwsim.simulate(law, P=P_LIST, trees=trees, seed=1, bounds=False)
-    mom = theory.moments(law, seed=0)
-    spine = theory.law_spine_bounds(law, P_LIST, walks=walks, seed=2, mu_hint=mom.mu)
+    mom = theory.moments(key(0), law)
+    spine = theory.law_spine_bounds(key(2), law, P_LIST, walks=walks, mu_hint=mom.mu)
     for r in res.results:
         se = r.stat.se if math.isfinite(r.stat.se) else 0.0
         b = spine[r.P]
-        assert r.stat.mean <= b["splitting"] + 4 * math.hypot(se, b["splitting_se"]) + 1e-6
-        assert r.stat.mean <= b["dual"] + 4 * math.hypot(se, b["dual_se"]) + 1e-6
+        assert r.stat.mean <= b.splitting.upper + 4 * math.hypot(se, b.splitting.se) + 1e-6
+        assert r.stat.mean <= b.dual.upper + 4 * math.hypot(se, b.dual.se) + 1e-6
         if iid:
             assert r.stat.mean <= theory.renewal(r.P, mom.mu, mom.mu2) + 4 * se + 1e-6
 
@@ -60,7 +61,7 @@ def test_two_state_markov_laws(p, alpha, k00, k01, k10, k11):
     p = np.asarray(p)
     p[-1] = 1 - p[:-1].sum()
     cfg = {
-        "states": {"a": laws.law_spec(laws.fixed_law(p)), "b": f"dirichlet:V=4,alpha={alpha:.2f}"},
+        "states": {"a": laws.fixed_law(p).spec(), "b": f"dirichlet:V=4,alpha={alpha:.2f}"},
         "initial": "a",
         "kernel": {"a": [k00, k01], "b": [k10, k11]},
     }

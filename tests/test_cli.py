@@ -100,7 +100,11 @@ def test_json_contract_subprocess():
     assert d["results"][1]["mean"] == pytest.approx(4.2317776, rel=2e-5)
     for r in d["results"]:
         assert r["ci95"] == 0.0
-        assert set(r["bounds"]) >= {"theorem1_leading", "renewal", "asymptotic"}
+        # an i.i.d. law: three rigorous bounds, two predictions, each labelled
+        assert set(r["bounds"]) == {"dual", "splitting", "renewal"}
+        assert set(r["predictions"]) == {"asymptotic", "theorem1_leading"}
+        assert r["mean"] <= r["bounds"]["dual"] + 1e-6
+    assert d["iid"] is True and set(d["kinds"]) == {"dual", "splitting", "renewal", "asymptotic", "theorem1_leading"}
     assert d["mu"] == pytest.approx(0.897945, rel=1e-5)
     assert d["mu_se"] == 0.0
 
@@ -135,7 +139,7 @@ def test_cli_exposes_one_device_per_core():
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    code = "import sys, brwsim.cli, jax; assert 'jax' in sys.modules; brwsim.cli._one_cpu_device_per_core(); "
+    code = "import sys, brwsim, jax; assert 'jax' in sys.modules; brwsim.one_cpu_device_per_core(); "
     code += "import os; print(jax.device_count(), os.cpu_count())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     n_dev, n_cpu = map(int, out.split())
@@ -145,7 +149,37 @@ def test_cli_exposes_one_device_per_core():
 def test_default_devices_in_process():
     import jax
 
-    from brwsim.estimate import default_devices
+    from brwsim._devices import default_devices
 
     expected = "all" if jax.default_backend() == "cpu" and jax.device_count() > 1 else None
     assert default_devices() == expected
+
+
+def test_ctrl_c_prints_what_was_finished_not_a_traceback():
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "brwsim", "simulate", "--law", "fixed:probs=0.5/0.5", "--P", "4"]
+    proc = subprocess.Popen(
+        cmd + ["--trees", "4000000000", "--batch", "2000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(12)  # import, compile, and some batches
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "brwsim: interrupted" in err
+    if out:  # some trees had finished: their estimate, with the count
+        assert "interrupted:" in out and "E[X]" in out
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--law", "dirichlet:V=1000,alpha=0.1", "--P", "10000000000", "--trees", "2"], "the largest P that fits is"),
+        (["--law", "fixed:probs=0.5/0.5", "--trees", "10000000000"], "trees must be at most 4294967295"),
+    ],
+)
+def test_inputs_too_large_for_the_machine_are_one_line_errors(argv, needle, capsys):
+    assert main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]

@@ -1,4 +1,4 @@
-"""Stochastic verification (issue 6): exact output (chi-square), Yin et al.'s TV identity, races."""
+"""Stochastic verification: exact output (chi-square), Yin et al.'s TV identity, races."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import importlib
 
 import numpy as np
 import pytest
+from jax.random import key
 from scipy.stats import chisquare
 
 from brwsim import specsampling as ss
-from brwsim.draftlaws import draft_stats
+from brwsim import tree_keys
+from brwsim.drafters import draft_stats
 from brwsim.errors import BrwsimError
-from brwsim.estimate import tree_keys
+from brwsim.testing import exact_pair_law
 
 LAW = "dirichlet:V=3,alpha=1"
 DL = "noise:sigma=1.2"
@@ -22,7 +24,7 @@ RUNS = 12000
 
 @pytest.fixture(scope="module")
 def ref():
-    r = ss.exact_pair_law(LAW, tree_keys(SEED, 0, 1)[0]).ravel()
+    r = exact_pair_law(LAW, tree_keys(key(SEED), 0, 1)[0]).ravel()
     return r / r.sum()
 
 
@@ -33,43 +35,43 @@ def _pvalue(tokens, ref):
 
 @pytest.mark.parametrize("widths", [(1, 1), (3, 1), (2, 2)])
 def test_rejection_schemes_output_the_target(widths, ref):
-    g = ss.generate(LAW, DL, widths, T=2, runs=RUNS, seed=SEED, same_tree=True)
-    assert (g["event"] == ss.REJECT).any() and (g["event"] == ss.ACCEPT).any()
-    assert _pvalue(g["token"], ref) > 1e-3
+    g = ss.generate(key(SEED), LAW, DL, widths, T=2, runs=RUNS, same_tree=True)
+    assert (g.event == ss.REJECT).any() and (g.event == ss.ACCEPT).any()
+    assert _pvalue(g.token, ref) > 1e-3
 
 
 def test_exponential_race_outputs_the_target(ref):
-    pi, H, _ = ss.race_rank_law(LAW, DL, samples=2000, seed=SEED)
-    out = ss.race(LAW, DL, ss.optimal_race_tree(pi, 3), runs=RUNS, seed=SEED, same_tree=True)
-    assert _pvalue(out["token"], ref) > 1e-3
+    pi, H, _ = ss.race_rank_law(key(SEED), LAW, DL, samples=2000)
+    out = ss.race(key(SEED), LAW, DL, ss.optimal_race_tree(pi, 3), runs=RUNS, same_tree=True)
+    assert _pvalue(out.token, ref) > 1e-3
     assert 0 < H < np.log(3) + 1e-9
 
 
 def test_a_biased_sampler_is_rejected(ref):
     # the test has power: the drafter's own tokens (no correction) fail it
-    g = ss.generate(LAW, "temp:T=3", (1, 1), T=2, runs=RUNS, seed=SEED, same_tree=True)
-    tok = g["token"].copy()
-    assert _pvalue(tok[g["event"][:, 0] == ss.ACCEPT], ref) < 1e-3
+    g = ss.generate(key(SEED), LAW, "temp:T=3", (1, 1), T=2, runs=RUNS, same_tree=True)
+    tok = g.token.copy()
+    assert _pvalue(tok[g.event[:, 0] == ss.ACCEPT], ref) < 1e-3
 
 
 def test_yin_identity_rejections_equal_summed_tv():
-    d = ss.rejection_identity("dirichlet:V=16,alpha=0.3", "noise:sigma=1", (1,) * 6, T=6, runs=3000, seed=2)
-    diff = d["difference"]
+    d = ss.rejection_identity(key(2), "dirichlet:V=16,alpha=0.3", "noise:sigma=1", (1,) * 6, T=6, runs=3000)
+    diff = d.difference
     assert abs(diff.mean) < 4 * diff.se
-    assert d["tv_all"].mean == pytest.approx(d["tv_verified"].mean)
+    assert d.tv_all.mean == pytest.approx(d.tv_verified.mean)
     # with finite chains, the identity holds on the verified positions only
-    d3 = ss.rejection_identity("dirichlet:V=16,alpha=0.3", "noise:sigma=1", (1, 1), T=6, runs=3000, seed=2)
-    assert abs(d3["difference"].mean) < 4 * d3["difference"].se
-    assert d3["tv_verified"].mean < d3["tv_all"].mean
+    d3 = ss.rejection_identity(key(2), "dirichlet:V=16,alpha=0.3", "noise:sigma=1", (1, 1), T=6, runs=3000)
+    assert abs(d3.difference.mean) < 4 * d3.difference.se
+    assert d3.tv_verified.mean < d3.tv_all.mean
     # batch drafting rejects less than the summed TV
-    db = ss.rejection_identity("dirichlet:V=16,alpha=0.3", "noise:sigma=1", (4,) + (1,) * 5, T=6, runs=3000, seed=2)
-    assert db["difference"].mean + 4 * db["difference"].se < 0
+    db = ss.rejection_identity(key(2), "dirichlet:V=16,alpha=0.3", "noise:sigma=1", (4,) + (1,) * 5, T=6, runs=3000)
+    assert db.difference.mean + 4 * db.difference.se < 0
 
 
 def test_one_token_acceptance_is_one_minus_tv():
     law, dl = "dirichlet:V=16,alpha=0.3", "noise:sigma=1"
-    x = ss.call_accepted(law, dl, (1,), runs=6000, seed=4)
-    tv = draft_stats(law, dl, samples=6000, seed=4)["tv"]
+    x = ss.call_accepted(key(4), law, dl, (1,), runs=6000)
+    tv = draft_stats(key(4), law, dl, samples=6000).tv
     se = np.hypot(x.std() / np.sqrt(x.size), tv.se)
     assert abs(x.mean() - (1 - tv.mean)) < 4 * se
 
@@ -84,8 +86,8 @@ def test_shapes_and_bounds():
             ss.shape(*bad)
     assert ss.kobus_bound(100, 3, 1.0) == pytest.approx(np.log(100) + np.log(4))
     # with q = p the race always accepts rank 0: H[R] = 0 and the chain accepts everything
-    out = ss.race("dirichlet:V=8,alpha=0.5", "exact", [(0,), (0, 0)], runs=50, seed=0)
-    assert (out["X"] == 2).all()
+    out = ss.race(key(0), "dirichlet:V=8,alpha=0.5", "exact", [(0,), (0, 0)], runs=50)
+    assert (out.X == 2).all()
 
 
 def test_spec_sampling_quick(tmp_path, monkeypatch):

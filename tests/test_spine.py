@@ -1,4 +1,4 @@
-"""The spine estimator: many-to-one identity, curves, law-free bounds (issue 3)."""
+"""The spine estimator: many-to-one identity, curves, law-free bounds."""
 
 from __future__ import annotations
 
@@ -6,12 +6,19 @@ import math
 
 import numpy as np
 import pytest
-from exact import enumerate_fixed
+from jax.random import key
 
 from brwsim import laws, spine, theory
 from brwsim.errors import BrwsimError
 from brwsim.estimate import oracle_values
+from brwsim.testing import enumerate_fixed
 
+# the kernel depends on the child's rank only: the most likely child keeps the state, any other flips it
+RANK_MARKOV = {
+    "states": {"c": "fixed:probs=0.8/0.12/0.05/0.03", "u": "dirichlet:V=6,alpha=0.5"},
+    "initial": "c",
+    "kernel": {"c": [[1.0, 0.0], [0.0, 1.0]], "u": [[0.0, 1.0], [1.0, 0.0]]},
+}
 SMALL_MARKOV = {
     "states": {"c": "fixed:probs=0.8/0.15/0.05", "u": "dirichlet:V=6,alpha=0.7"},
     "initial": {"c": 0.5, "u": 0.5},
@@ -25,20 +32,27 @@ def threshold_sums(law, t, trees, seed, P_max):
     The oracle takes nodes in decreasing P(v), so the nodes with V <= t are a
     prefix of it; P_max must be large enough to pass the threshold in every tree.
     """
-    values, _ = oracle_values(law, P_max, trees, seed)
+    values, _ = oracle_values(key(seed), law, P_max, trees)
     node_p = np.diff(np.concatenate([np.zeros((trees, 1)), values], axis=1), axis=1)
     inside = node_p >= math.exp(-t) * (1 - 1e-6)
     assert not inside[:, -1].any(), "P_max too small for this threshold"
     return inside.sum(1), (node_p * inside).sum(1)
 
 
-@pytest.mark.parametrize("which", ["iid", "markov"])
+@pytest.mark.parametrize("which", ["iid", "markov", "rank"])
 def test_many_to_one_identity(which):
-    """E[sum over {V <= t} of P(v)] = E[tau_t] - 1 and E[#{V <= t}] = sum_d E[e^S_d 1{S_d <= t}]."""
-    law = laws.parse_law("dirichlet:V=5,alpha=0.6") if which == "iid" else laws.markov_law(SMALL_MARKOV)
+    """E[sum over {V <= t} of P(v)] = E[tau_t] - 1 and E[#{V <= t}] = sum_d E[e^S_d 1{S_d <= t}].
+
+    "rank": a Markov law whose kernel depends on the child's rank alone, so walks that drew the next state
+    without the rank of the step would see another tree."""
+    law = {
+        "iid": laws.parse_law("dirichlet:V=5,alpha=0.6"),
+        "markov": laws.markov_law(SMALL_MARKOV),
+        "rank": laws.markov_law(RANK_MARKOV),
+    }[which]
     t = 2.2
     n_tree, v_tree = threshold_sums(law, t, trees=400, seed=11, P_max=200)
-    curves = spine.law_curves(law, 50, walks=8192, seed=5)
+    curves = spine.law_curves(key(5), law, 50, walks=8192)
     tau, tau_se = curves.tau(np.array([t]))
     N, N_se = curves.N(np.array([t]))
     se_v = v_tree.std(ddof=1) / math.sqrt(v_tree.size)
@@ -65,7 +79,7 @@ def fixed_tree_nodes(probs, t):
 
 def test_curves_match_exact_deterministic_tree():
     probs = [0.6, 0.3, 0.1]
-    curves = spine.law_curves(laws.fixed_law(probs), 200, walks=16384, seed=2)
+    curves = spine.law_curves(key(2), laws.fixed_law(probs), 200, walks=16384)
     for t in (0.7, 1.9, 3.3, 4.6):
         n, v = fixed_tree_nodes(probs, t)
         N, N_se = curves.N(np.array([t]))
@@ -78,12 +92,12 @@ def test_curves_match_exact_deterministic_tree():
 def test_dual_within_one_percent_of_exact_oracle(probs):
     Ps = [16, 64, 256]
     exact = enumerate_fixed(probs, max(Ps))
-    b = theory.law_spine_bounds(laws.fixed_law(probs), Ps, walks=16384, seed=3)
+    b = theory.law_spine_bounds(key(3), laws.fixed_law(probs), Ps, walks=16384)
     for P in Ps:
         x = exact[P - 1]
-        assert b[P]["dual"] >= x - 4 * b[P]["dual_se"]  # a bound
-        assert abs(b[P]["dual_estimate"] / x - 1) < 0.01  # and within 1%
-        assert b[P]["splitting"] >= b[P]["dual_estimate"]
+        assert b[P].dual.upper >= x - 4 * b[P].dual.se  # a bound
+        assert abs(b[P].dual.estimate / x - 1) < 0.01  # and within 1%
+        assert b[P].splitting.upper >= b[P].dual.estimate
 
 
 def test_spine_bounds_law_free_with_ended_walks():
@@ -97,17 +111,16 @@ def test_spine_bounds_law_free_with_ended_walks():
     xi_nan[:, 50:] = np.nan
     b_nan = theory.spine_bounds(xi_nan, [4, 16])
     for P in (4, 16):
-        assert b_nan[P]["dual"] == pytest.approx(b_full[P]["dual"])
-        assert set(b_full[P]) >= {"splitting", "dual"}
-        assert b_full[P]["dual"] <= b_full[P]["splitting"] + 1e-12
-        assert 0 < b_full[P]["dual"] <= P
+        assert b_nan[P].dual.upper == pytest.approx(b_full[P].dual.upper)
+        assert b_full[P].dual.upper <= b_full[P].splitting.upper + 1e-12
+        assert 0 < b_full[P].dual.upper <= P
     exact = enumerate_fixed(list(p), 16)
-    assert b_full[16]["dual"] >= exact[15] - 1e-9
+    assert b_full[16].dual.upper >= exact[15] - 1e-9
     # walks ended right away: no node of positive probability, the bound is ~0
     ended = np.full((20, 3), np.nan)
-    assert theory.spine_bounds(ended, [5])[5]["dual"] < 1e-20
+    assert theory.spine_bounds(ended, [5])[5].dual.upper < 1e-20
     # zero surprisal forever: only the trivial bound P remains
-    assert theory.spine_bounds(np.zeros((20, 5)), [7])[7]["dual"] == 7.0
+    assert theory.spine_bounds(np.zeros((20, 5)), [7])[7].dual.upper == 7.0
     # too few continuations for a confidence margin: refused, one line
     with pytest.raises(BrwsimError, match="at least 16 sampled continuations"):
         theory.spine_bounds(xi[:2], [4])
@@ -125,7 +138,30 @@ def test_curve_queries_beyond_coverage_raise():
 def test_huge_P_from_walks():
     """The spine reaches P = 10^6 at the cost of a few walks; the dual stays below renewal."""
     law = laws.parse_law("dirichlet:V=1000,alpha=0.1")
-    b = theory.law_spine_bounds(law, [10**6], walks=2048, seed=0)[10**6]
+    b = theory.law_spine_bounds(key(0), law, [10**6], walks=2048)[10**6]
     mu, mu2 = law.exact_moments()
-    assert math.isfinite(b["dual"]) and b["dual"] <= theory.renewal(10**6, mu, mu2)
-    assert b["dual"] >= theory.asymptotic(10**6, mu, mu2) - 0.3
+    assert math.isfinite(b.dual.upper) and b.dual.upper <= theory.renewal(10**6, mu, mu2)
+    assert b.dual.upper >= theory.asymptotic(10**6, mu, mu2) - 0.3
+
+
+def test_rank_dependent_markov_long_run_moments_match_walks():
+    """The spine's state chain weights each kernel row by the probability of its rank: the long-run mu from
+    the chain equals the direct average of H along long spine walks."""
+    law = laws.markov_law(RANK_MARKOV)
+    mom = theory.moments(key(0), law)
+    w = spine.spine_moments_walks(key(1), law, walks=512, depth=40, burn=12)
+    assert abs(w.mu - mom.mu) < 4 * math.hypot(w.mu_se, mom.mu_se)
+    assert abs(w.mu2 - mom.mu2) < 4 * math.hypot(w.mu2_se, mom.mu2_se)
+
+
+def test_the_margin_is_added_to_the_estimate():
+    """A bound's value is estimate + z se at the chosen s (an upper confidence value), never estimate - z se."""
+    rng = np.random.default_rng(4)
+    xi = rng.exponential(1.0, size=(500, 60))
+    b = theory.spine_bounds(xi, [16], margin_z=1.96)[16]
+    b0 = theory.spine_bounds(xi, [16], margin_z=0.0)[16]
+    for bb, bb0 in ((b.dual, b0.dual), (b.splitting, b0.splitting)):
+        assert bb.se > 0
+        assert bb.upper == pytest.approx(bb.estimate + 1.96 * bb.se, rel=1e-12)
+        assert bb0.upper == pytest.approx(bb0.estimate, rel=1e-12)
+        assert bb.upper > bb0.upper

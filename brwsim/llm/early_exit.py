@@ -1,4 +1,4 @@
-"""A real drafter on real token trees: early-exit self-speculation (THEORY.md section 6).
+"""A real drafter on real token trees: early-exit self-speculation (docs/llm.md, "A real drafter").
 
 The drafter ``q`` is the target model cut after its first ``k`` decoder layers,
 through the model's own final norm and LM head; the target ``p`` is the whole
@@ -45,9 +45,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._moments import entropy_moments
+from .._stats import mean_ci95
 from ..errors import BrwsimError
 from .hf import HFSource, _torch
-from .measure import OracleTree, PromptResult, _stat, open_and_measure, oracle_tree
+from .measure import OracleTree, PromptResult, open_and_measure, oracle_tree
 from .prompts import Prompt
 from .source import Context, LogitsSource, Walker
 
@@ -197,7 +199,7 @@ def divergences(rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, np.float64)
     lp, lq = rows[:, :1], rows[:, 1:]
     p = np.exp(lp)
-    H = -(p * np.where(p > 0, lp, 0.0)).sum(-1)  # [n, 1]
+    H = entropy_moments(lp)[0]  # [n, 1]
     ce = -(p * lq).sum(-1)  # [n, K]
     tv = 0.5 * np.abs(p - np.exp(lq)).sum(-1)
     top = (np.argmax(lq, -1) == np.argmax(lp, -1)).astype(np.float64)
@@ -369,14 +371,14 @@ def summarize_drafter(results: list[DrafterResult], P_list: Sequence[int], n_lay
         d: dict = {"k": k}
         for s, name in enumerate(STATS):
             per = [float(np.mean(r.walk_stats[:, i, s])) for r in results if r.walk_stats.shape[0]]
-            d[name], d[name + "_ci95"] = _stat(per)
+            d[name], d[name + "_ci95"] = mean_ci95(per)
         d["visited_nodes"] = int(sum(r.walk_stats.shape[0] for r in results))
         rows = []
         for P in P_list:
-            tq = _stat([r.topq[i, P - 1] for r in results])
-            ch = _stat([r.chain[i, P - 1] for r in results])
+            tq = mean_ci95([r.topq[i, P - 1] for r in results])
+            ch = mean_ci95([r.chain[i, P - 1] for r in results])
             orc = [r.oracle[P - 1] for r in results]
-            frac = _stat([r.topq[i, P - 1] / o if o > 0 else math.nan for r, o in zip(results, orc, strict=True)])
+            frac = mean_ci95([r.topq[i, P - 1] / o if o > 0 else math.nan for r, o in zip(results, orc, strict=True)])
             rows.append(
                 {
                     "P": P,

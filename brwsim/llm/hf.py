@@ -20,16 +20,16 @@ dropped from the cache.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from . import require_llm
 from .source import Context, LogitsSource, Walker
 
 
 def _torch():
-    from . import require_llm
-
     require_llm()
     import torch
 
@@ -86,8 +86,6 @@ class HFSource(LogitsSource):
 
     def forward(self, **kw):
         """``model(**kw)`` under ``inference_mode``, timed into ``forward_seconds``."""
-        import time
-
         torch = _torch()
         t0 = time.perf_counter()
         with torch.inference_mode():

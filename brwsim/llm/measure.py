@@ -1,9 +1,9 @@
-"""Measurements on a real model's token tree (THEORY.md sections 2, 4, 5).
+"""Measurements on a real model's token tree (docs/llm.md, "What is measured").
 
 Per prompt:
 
 - **walks**: ``walks`` continuations sampled from the model itself (the spine
-  of THEORY 4), ``depth`` tokens each, stopped at an end-of-sequence token.
+  of docs/theory.md, "The spine"), ``depth`` tokens each, stopped at an end-of-sequence token.
   Along them: the surprisal ``xi`` of every step, and the entropy ``H`` and
   second log-moment ``M2`` of every visited node's whole distribution
   (arrays ``[walks, depth]``, NaN after a walk ends). mu and mu_2 are the
@@ -18,7 +18,7 @@ Per task (a set of prompts): the mean oracle value with its 95% interval over
 prompts; the i.i.d. surrogate (the task's pool simulated with
 :func:`brwsim.simulate`); the closed forms of :mod:`brwsim.theory` with the
 task's mu and mu_2; and, when :mod:`brwsim.theory` provides
-``spine_bounds``, the empirical splitting and dual bounds (THEORY 5(e)) from
+``spine_bounds``, the empirical splitting and dual bounds (docs/theory.md, "Bounds" (e)) from
 all the task's walks. X counts accepted draft tokens per verifier call
 (tokens per call = X + 1).
 """
@@ -34,11 +34,14 @@ import time
 
 import numpy as np
 
+from .._moments import entropy_moments
+from .._stats import MARGIN_Z, mean_ci95
 from ..errors import BrwsimError
+from ..estimate import simulate
+from ..spine import curves_from_xi
+from ..theory import bounds_from_curves, check_walks
 from .prompts import Prompt
 from .source import Context, LogitsSource
-
-Z95 = 1.959963984540054
 
 
 def row_stats(logp: np.ndarray, K: int):
@@ -54,11 +57,7 @@ def row_stats(logp: np.ndarray, K: int):
     order = np.argsort(-vals, axis=1, kind="stable")
     ids = np.take_along_axis(part, order, axis=1)
     vals = np.take_along_axis(vals, order, axis=1)
-    p = np.exp(logp)
-    safe = np.where(p > 0, logp, np.float32(0))
-    ps = p * safe
-    H = -ps.sum(1, dtype=np.float64)
-    M2 = (ps * safe).sum(1, dtype=np.float64)
+    H, M2 = entropy_moments(logp, sum_dtype=np.float64)
     return ids, vals, H, M2
 
 
@@ -125,6 +124,72 @@ class OracleTree:
     passes: int  # batched calls
 
 
+class _RealTree:
+    """The part of a real token tree seen so far: node prefixes, path log-probs, each evaluated node's top-K."""
+
+    def __init__(self, ctx: Context, K: int, batch: int, eos):
+        self.ctx, self.K, self.batch, self.eos = ctx, K, batch, eos
+        self.prefix: list[tuple[int, ...]] = [()]  # node 0 = root
+        self.logP = [0.0]
+        self.tops: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.child_id: dict[tuple[int, int], int] = {}
+        self.heap: list = []
+        self.seq = 0
+        self.passes = self.evaluated = 0
+        ids, vals, _, _ = row_stats(ctx.root[None], K)
+        self.tops[0] = (ids[0], vals[0].astype(np.float64))
+
+    def push_child(self, parent: int, rank: int):
+        """The child of given rank enters the heap as a candidate (if its probability is positive)."""
+        lp = self.logP[parent] + float(self.tops[parent][1][rank])
+        if math.isfinite(lp):
+            heapq.heappush(self.heap, (-lp, len(self.prefix[parent]) + 1, 1, self.seq, parent, rank))
+            self.seq += 1
+
+    def push_expand(self, v: int):
+        """Node v's expansion enters the heap, keyed by its own log P (an upper bound for its children)."""
+        heapq.heappush(self.heap, (-self.logP[v], len(self.prefix[v]) + 1, 0, self.seq, v, -1))
+        self.seq += 1
+
+    def node_of(self, parent: int, rank: int) -> int:
+        key = (parent, rank)
+        if key not in self.child_id:
+            self.child_id[key] = len(self.prefix)
+            self.prefix.append(self.prefix[parent] + (int(self.tops[parent][0][rank]),))
+            self.logP.append(self.logP[parent] + float(self.tops[parent][1][rank]))
+        return self.child_id[key]
+
+    def evaluate(self, v: int) -> None:
+        """Node v's distribution, with up to ``batch - 1`` nodes from the top of the heap in the same pass."""
+        group = [v]
+        for e in heapq.nsmallest(4 * self.batch, self.heap):
+            if len(group) >= self.batch:
+                break
+            n = e[4] if e[5] < 0 else self.node_of(e[4], e[5])
+            if n not in self.tops and n not in group and self.prefix[n][-1] not in self.eos:
+                group.append(n)
+        ids, vals, _, _ = row_stats(self.ctx.logprobs([self.prefix[n] for n in group]), self.K)
+        for j, n in enumerate(group):
+            self.tops[n] = (ids[j], vals[j].astype(np.float64))
+        self.passes += 1
+        self.evaluated += len(group)
+
+    def step(self, committed: list) -> None:
+        """Pop the heap: commit a candidate child, or expand a committed node."""
+        _, _, kind, _, a, b = heapq.heappop(self.heap)
+        if kind == 1:  # a candidate child: commit it
+            n = self.node_of(a, b)
+            committed.append(n)
+            if b + 1 < self.K:
+                self.push_child(a, b + 1)
+            if self.prefix[n][-1] not in self.eos:
+                self.push_expand(n)
+        else:  # expansion of committed node a
+            if a not in self.tops:
+                self.evaluate(a)
+            self.push_child(a, 0)
+
+
 def oracle_tree(ctx: Context, P_max: int, batch: int = 4, eos=frozenset(), K: int | None = None) -> OracleTree:
     """Exact best-first expansion of the real token tree.
 
@@ -140,70 +205,12 @@ def oracle_tree(ctx: Context, P_max: int, batch: int = 4, eos=frozenset(), K: in
     """
     if P_max < 1:
         raise BrwsimError(f"P must be >= 1, got {P_max}")
-    K = min(K or P_max, ctx.root.shape[0])
-    prefix: list[tuple[int, ...]] = [()]  # node 0 = root
-    logP = [0.0]
-    tops: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    child_id: dict[tuple[int, int], int] = {}
-    ids, vals, _, _ = row_stats(ctx.root[None], K)
-    tops[0] = (ids[0], vals[0].astype(np.float64))
-    heap: list = []
-    seq = 0
-
-    def push_child(parent: int, rank: int):
-        nonlocal seq
-        lp = logP[parent] + float(tops[parent][1][rank])
-        if math.isfinite(lp):
-            heapq.heappush(heap, (-lp, len(prefix[parent]) + 1, 1, seq, parent, rank))
-            seq += 1
-
-    def push_expand(v: int):
-        nonlocal seq
-        heapq.heappush(heap, (-logP[v], len(prefix[v]) + 1, 0, seq, v, -1))
-        seq += 1
-
-    def node_of(parent: int, rank: int) -> int:
-        key = (parent, rank)
-        if key not in child_id:
-            tok = int(tops[parent][0][rank])
-            child_id[key] = len(prefix)
-            prefix.append(prefix[parent] + (tok,))
-            logP.append(logP[parent] + float(tops[parent][1][rank]))
-        return child_id[key]
-
-    def evaluate(v: int):
-        group = [v]
-        for e in heapq.nsmallest(4 * batch, heap):
-            if len(group) >= batch:
-                break
-            n = e[4] if e[5] < 0 else node_of(e[4], e[5])
-            if n not in tops and n not in group and prefix[n][-1] not in eos:
-                group.append(n)
-        rows = ctx.logprobs([prefix[n] for n in group])
-        ids, vals, _, _ = row_stats(rows, K)
-        for j, n in enumerate(group):
-            tops[n] = (ids[j], vals[j].astype(np.float64))
-        return 1, len(group)
-
-    push_child(0, 0)
+    t = _RealTree(ctx, min(K or P_max, ctx.root.shape[0]), batch, eos)
+    t.push_child(0, 0)
     committed: list[int] = []
-    passes = evaluated = 0
-    while len(committed) < P_max and heap:
-        _, _, kind, _, a, b = heapq.heappop(heap)
-        if kind == 1:  # a candidate child: commit it
-            n = node_of(a, b)
-            committed.append(n)
-            if b + 1 < K:
-                push_child(a, b + 1)
-            if prefix[n][-1] not in eos:
-                push_expand(n)
-        else:  # expansion of committed node a
-            if a not in tops:
-                p_, e_ = evaluate(a)
-                passes += p_
-                evaluated += e_
-            push_child(a, 0)
-    lp = np.array([logP[n] for n in committed])
+    while len(committed) < P_max and t.heap:
+        t.step(committed)
+    lp = np.array([t.logP[n] for n in committed])
     vals = np.cumsum(np.exp(lp))
     if len(committed) < P_max:  # the whole tree is smaller than P_max
         vals = np.concatenate([vals, np.full(P_max - len(committed), vals[-1] if len(vals) else 0.0)])
@@ -211,10 +218,10 @@ def oracle_tree(ctx: Context, P_max: int, batch: int = 4, eos=frozenset(), K: in
     return OracleTree(
         values=vals,
         logP=lp,
-        depth=np.array([len(prefix[n]) for n in committed]),
-        prefixes=[prefix[n] for n in committed],
-        evaluated=evaluated,
-        passes=passes,
+        depth=np.array([len(t.prefix[n]) for n in committed]),
+        prefixes=[t.prefix[n] for n in committed],
+        evaluated=t.evaluated,
+        passes=t.passes,
     )
 
 
@@ -227,18 +234,9 @@ class PromptResult:
     seconds: float
 
 
-def measure_prompt(
-    source: LogitsSource,
-    prompt: Prompt,
-    P_max: int,
-    walks: int = 16,
-    depth: int = 48,
-    seed: int = 0,
-    batch: int = 4,
-    K: int | None = None,
-) -> PromptResult:
-    """Walks and the oracle tree of one prompt (one KV-cached context)."""
-    return open_and_measure(source, prompt, P_max, walks, depth, seed, batch, K)[1]
+def measure_prompt(source: LogitsSource, prompt: Prompt, P_max: int, **kw) -> PromptResult:
+    """Walks and the oracle tree of one prompt (one KV-cached context); ``kw`` as :func:`open_and_measure`."""
+    return open_and_measure(source, prompt, P_max, **kw)[1]
 
 
 def open_and_measure(
@@ -251,7 +249,8 @@ def open_and_measure(
     batch: int = 4,
     K: int | None = None,
 ) -> tuple:
-    """(context, :class:`PromptResult`): :func:`measure_prompt`, keeping the context open for more."""
+    """(context, :class:`PromptResult`): ``walks`` sampled continuations of ``depth`` tokens (seeded per
+    prompt) and the oracle tree up to ``P_max`` (``batch`` nodes per forward pass), keeping the context open."""
     t0 = time.perf_counter()
     ids = source.encode(prompt.text)
     ctx = source.open(ids)
@@ -268,15 +267,6 @@ def _rng(seed: int, prompt: Prompt) -> np.random.Generator:
     return np.random.default_rng([seed, tag & 0xFFFFFFFF, tag >> 32 & 0xFFFFFFFF, tag >> 64])
 
 
-def _stat(x) -> tuple[float, float]:
-    x = np.asarray(x, np.float64)
-    if x.size == 0:
-        return math.nan, math.nan
-    if x.size == 1:
-        return float(x[0]), math.nan
-    return float(x.mean()), float(Z95 * x.std(ddof=1) / math.sqrt(x.size))
-
-
 def save_pool(path: str, results: list[PromptResult]) -> tuple[float, float]:
     """Write the task's i.i.d. surrogate pool (see :class:`brwsim.laws.Pool`); return (mu, mu2)."""
     logp = np.concatenate([r.walks.pool_logp for r in results])
@@ -288,6 +278,22 @@ def save_pool(path: str, results: list[PromptResult]) -> tuple[float, float]:
     return float(H.mean()), float(M2.mean())
 
 
+def _pool_and_surrogate(task, results, P_list, surrogate_trees, seed, pool_path):
+    """(mu, mu2, {P: (surrogate mean, ci95)}): the task's i.i.d. surrogate pool, simulated (kept if ``pool_path``)."""
+    tmpdir = None
+    if pool_path is None:
+        tmpdir = tempfile.mkdtemp(prefix="brwsim-pool-")
+        path = os.path.join(tmpdir, f"{task}.npz")
+    else:
+        path = pool_path
+    mu, mu2 = save_pool(path, results)
+    sim = simulate(path, P=P_list, trees=surrogate_trees, seed=seed, bounds=False, progress=False)
+    if tmpdir is not None:
+        os.remove(path)
+        os.rmdir(tmpdir)
+    return mu, mu2, {res.P: (res.stat.mean, res.stat.ci95) for res in sim.results}
+
+
 def summarize_task(
     task: str,
     results: list[PromptResult],
@@ -295,51 +301,40 @@ def summarize_task(
     surrogate_trees: int = 2000,
     seed: int = 0,
     pool_path: str | None = None,
-    margin_z: float = 1.96,
+    margin_z: float = MARGIN_Z,
 ) -> dict:
-    """The per-task JSON object of ``brwsim llm`` (see docs/llm.md)."""
-    from .. import theory
-    from ..estimate import simulate
+    """The per-task JSON object of ``brwsim llm`` (see docs/llm.md).
 
+    Per P: the real oracle's mean over prompts with its 95% CI, the i.i.d.
+    surrogate, and the :class:`brwsim.theory.Bounds` of the task's walks (a
+    real model is not i.i.d.: only ``dual`` and ``splitting`` are bounds; the
+    closed forms are reported as ``iid_only``).
+    """
     P_list = sorted(set(P_list))
     out: dict = {"task": task, "prompts": len(results)}
     have_walks = all(r.walks is not None for r in results)
-    mu = mu2 = math.nan
+    bounds = {}
     if have_walks:
-        tmpdir = None
-        if pool_path is None:
-            tmpdir = tempfile.mkdtemp(prefix="brwsim-pool-")
-            pool_path = os.path.join(tmpdir, f"{task}.npz")
-        mu, mu2 = save_pool(pool_path, results)
-        per_mu = [np.nanmean(r.walks.H) for r in results]
-        per_mu2 = [np.nanmean(r.walks.M2) for r in results]
+        mu, mu2, surrogate = _pool_and_surrogate(task, results, P_list, surrogate_trees, seed, pool_path)
         out["mu"], out["mu2"] = mu, mu2
-        out["mu_ci95"] = _stat(per_mu)[1]
-        out["mu2_ci95"] = _stat(per_mu2)[1]
+        out["mu_ci95"] = mean_ci95([np.nanmean(r.walks.H) for r in results])[1]
+        out["mu2_ci95"] = mean_ci95([np.nanmean(r.walks.M2) for r in results])[1]
         out["spine_nodes"] = int(sum(np.isfinite(r.walks.H).sum() for r in results))
         out["walks"] = int(sum(r.walks.xi.shape[0] for r in results))
-        xi = np.concatenate([r.walks.xi for r in results])
-        sim = simulate(pool_path, P=P_list, trees=surrogate_trees, seed=seed, bounds=False, progress=False)
-        surrogate = {res.P: (res.stat.mean, res.stat.ci95) for res in sim.results}
-        spine = None
-        if hasattr(theory, "spine_bounds"):
-            spine = theory.spine_bounds(xi, P_list, margin_z=margin_z)
-        if tmpdir is not None:
-            os.remove(pool_path)
-            os.rmdir(tmpdir)
-        else:
+        if pool_path is not None:
             out["pool"] = pool_path
+        xi = np.concatenate([r.walks.xi for r in results])
+        check_walks(xi.shape[0])
+        curves = curves_from_xi(xi, P_max=max(P_list))
+        bounds = {b.P: b for b in bounds_from_curves(curves, P_list, mu, mu2, iid=False, margin_z=margin_z)}
     rows = []
     for P in P_list:
-        mean, ci = _stat([r.oracle.values[P - 1] for r in results])
+        mean, ci = mean_ci95([r.oracle.values[P - 1] for r in results])
         d = {"P": P, "mean": mean, "ci95": ci}
         if have_walks:
             d["surrogate"], d["surrogate_ci95"] = surrogate[P]
-            b = {name: f(P, mu, mu2) for name, f in theory.CLOSED_FORM.items()}
-            sb = (spine or {}).get(P, {})
-            b["splitting"] = sb.get("splitting") if spine is not None else None
-            b["dual"] = sb.get("dual") if spine is not None else None
-            d["bounds"] = b
+        if P in bounds:
+            d |= bounds[P].to_dict()
         rows.append(d)
     out["results"] = rows
     out["oracle_evaluated_nodes"] = int(sum(r.oracle.evaluated for r in results))

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 from ..errors import BrwsimError
+from . import require_llm
+from .hf import HFSource
+from .source import FileSource
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -107,11 +110,7 @@ def load_source(
 ):
     """A logits source for a model name, a model directory, a .gguf file or a saved-logits .npz."""
     if model.startswith("file:") or model.lower().endswith(".npz"):
-        from .source import FileSource
-
         return FileSource(model.removeprefix("file:"))
-    from . import require_llm
-
     require_llm()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -150,6 +149,4 @@ def load_source(
 
 
 def _hf_source(m, tok, label, device, threads, max_prompt_tokens):
-    from .hf import HFSource
-
     return HFSource(m, tok, name=label, device=device, threads=threads, max_prompt_tokens=max_prompt_tokens)

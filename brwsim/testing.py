@@ -1,24 +1,22 @@
-"""A plain ``heapq`` best-first oracle and the benchmark's table law.
+"""Reference implementations the tests and benchmarks check brwsim against.
 
-The reference does what :func:`brwsim.tree.oracle_one` specifies, one tree at
-a time in pure Python: a heap of ``(-path log-prob of the next child, slot)``,
-one entry per taken node (slot 0 is the root, slot ``i + 1`` the i-th node
-taken). Popping the largest entry takes that child; the parent's next child
-and the new node's best child are pushed. Equal keys pop in slot order, which
-is the oracle's tie-break (earliest-taken parent). Path log-probabilities are
-float32 sums, rounded exactly as JAX rounds them, so the trees agree bit for
-bit; ``dtype="float64"`` keeps them in float64 instead, to measure the
-float32 error.
+Independent of brwsim's own algorithms, plain and slow on purpose:
 
-:class:`TableLaw` gives both implementations the *same precomputed node
-distributions*: a table of ``N`` sorted log-probability rows (drawn from a
-Dirichlet law once); the root's row comes from the tree key, a child's row is
-a hash of its parent's row and its own rank. Node generation is then a row
-look-up on both sides, so the benchmark times the selection, not the law.
-The law is *indexed* (``row_table``/``node_row``, as ``fixed`` and ``pool``
-are): the oracle keeps a row index per node. :func:`stored_rows` gives the
-same law without that, so the oracle stores each node's sorted entries, which
-is its path for drawn laws (``dirichlet``, ``logitnormal``, ``zipf``).
+* :func:`enumerate_fixed`: the exact oracle values of a deterministic tree (a
+  float64 heap over path probabilities);
+* :func:`oracle_heapq` / :func:`reference_batch`: a plain ``heapq`` best-first
+  oracle, one tree at a time in pure Python, on a :class:`TableLaw`;
+* :class:`TableLaw`: node distributions read from a fixed table (the root's
+  row from the tree key, a child's row a 32-bit hash of its parent's row and
+  its rank, computed identically in JAX and Python), so that a reference
+  outside JAX sees exactly brwsim's tree; :func:`stored_rows` presents the
+  same law as a drawn one (the oracle then stores each node's entries);
+* :func:`exact_pair_law`: the target's law of its first two tokens on one tree.
+
+The heap reference pops equal keys in slot order, which is the oracle's
+tie-break (earliest-taken parent), and sums path log-probabilities in float32
+exactly as JAX does, so the trees agree bit for bit; ``dtype="float64"``
+keeps float64 sums instead, to measure the float32 error.
 """
 
 from __future__ import annotations
@@ -30,7 +28,42 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brwsim.laws import Law
+from ._keys import child_key, dist_key, state_key
+from .laws import Law, parse_law, topk_sorted
+
+
+def enumerate_fixed(probs, P):
+    """Values of the oracle trees T*_1..T*_P of the tree with ``probs`` at every node.
+
+    A float64 heap over (path probability, path): entry ``n - 1`` is the sum of
+    the ``n`` largest path probabilities. Zero probabilities are skipped.
+    """
+    probs = [p for p in probs if p > 0]
+    heap = [(-p, (i,)) for i, p in enumerate(probs)]
+    heapq.heapify(heap)
+    out = []
+    while len(out) < P:
+        negq, path = heapq.heappop(heap)
+        out.append(-negq)
+        for i, p in enumerate(probs):
+            heapq.heappush(heap, (negq * p, path + (i,)))
+    return np.cumsum(out)
+
+
+def exact_pair_law(law, tree_key) -> np.ndarray:
+    """Target's law of its first two tokens (target ranks) on one tree: ``[V, V]`` probabilities."""
+    law = parse_law(law)
+    V = law.vocab
+    s0 = law.init_state(state_key(tree_key))
+    lp0 = topk_sorted(law.full_logp(dist_key(tree_key), s0), V)
+    out = np.zeros((V, V))
+    for a in range(V):
+        kc = child_key(tree_key, a)
+        sc = law.child_state(state_key(kc), s0, a)
+        lp1 = topk_sorted(law.full_logp(dist_key(kc), sc), V)
+        out[a] = np.exp(np.asarray(lp0[a], np.float64) + np.asarray(lp1, np.float64))
+    return out
+
 
 _M32 = 0xFFFFFFFF
 _A, _C, _D, _X = 0x9E3779B1, 0x85EBCA77, 0x165667B1, 0xC2B2AE3D
@@ -52,6 +85,9 @@ class TableLaw(Law):
     logp: jax.Array  # [N, V] float32, each row sorted decreasing
 
     family = "table"
+
+    def spec(self) -> str:
+        return f"table:V={self.vocab},rows={self.n_states}"
 
     @property
     def vocab(self) -> int:
@@ -118,8 +154,6 @@ def table_law(V: int, n_rows: int = 1024, alpha: float = 0.1, seed: int = 0) -> 
 
 def root_rows(law: TableLaw, tree_keys) -> np.ndarray:
     """Root rows of a batch of trees (one vectorised JAX call, the same draw as the oracle)."""
-    from brwsim.tree import state_key
-
     return np.asarray(jax.vmap(lambda k: law.init_state(state_key(k)))(tree_keys))
 
 

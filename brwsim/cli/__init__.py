@@ -1,0 +1,69 @@
+"""The ``brwsim`` command: ``simulate``, ``laws``, ``llm``, ``reproduce``.
+
+``brwsim simulate --law SPEC --P LIST --trees N --seed S [--batch B] [--json]``
+prints a readable table, or with ``--json`` exactly one JSON object (see
+:meth:`brwsim.SimulationResult.to_dict`). Bad input: one line on stderr, exit
+status 2. Each subcommand lives in its own module with ``add_parser``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+from .. import _processes as processes
+from .._devices import one_cpu_device_per_core
+from .._lowering import unrolled_threefry
+from ..errors import BrwsimError
+from . import _laws, _llm, _reproduce, _simulate
+
+SUBCOMMANDS = (_simulate, _reproduce, _llm, _laws)
+
+
+@contextlib.contextmanager
+def _quiet_unless_main():
+    """In a multi-process run only process 0 prints results (errors still go to every process's stderr)."""
+    if processes.is_main():
+        yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        yield
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2, no usage dump
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="brwsim", description="Monte Carlo speed-of-light for speculative decoding trees.")
+    g = p.add_argument_group("one run over several processes or hosts (docs/scaling.md, 'Many processes')")
+    g.add_argument("--coordinator", default=None, help="HOST:PORT of process 0 (or BRWSIM_COORDINATOR)")
+    g.add_argument("--num-processes", type=int, default=None, help="processes in the run (or BRWSIM_NUM_PROCESSES)")
+    g.add_argument("--process-id", type=int, default=None, help="this process, 0 .. N-1 (or BRWSIM_PROCESS_ID)")
+    g.add_argument("--distributed", choices=["auto"], default=None, help="auto: JAX reads the cluster (SLURM...)")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    for module in SUBCOMMANDS:
+        module.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    one_cpu_device_per_core()
+    args = build_parser().parse_args(argv)
+    try:
+        processes.start(args.coordinator, args.num_processes, args.process_id, auto=args.distributed == "auto")
+        with unrolled_threefry(), _quiet_unless_main():  # the whole run: same random bits, faster on CPU
+            return args.func(args)
+    except BrwsimError as e:
+        sys.stderr.write(f"brwsim: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("brwsim: interrupted before anything finished\n")
+        return 130
+
+
+__all__ = ["build_parser", "main"]

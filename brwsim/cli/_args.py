@@ -1,0 +1,13 @@
+"""Argument parsing shared by the subcommands."""
+
+from __future__ import annotations
+
+from ..errors import BrwsimError
+
+
+def P_list(text: str) -> list[int]:
+    """``--P 1,4,16`` as a list of integers (checked to be >= 1 by the command that uses them)."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BrwsimError(f"--P must be a comma-separated list of integers, e.g. 1,4,16; got {text!r}") from None

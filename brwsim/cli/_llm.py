@@ -1,0 +1,103 @@
+"""``brwsim llm``: every measurement of the project on a real language model (docs/llm.md).
+
+``brwsim llm --model NAME_OR_PATH --prompts SOURCE --n N --P LIST [--json]``
+
+NAME_OR_PATH: ``smollm2-135m`` (shipped default), ``gemma3-270m``, a
+transformers model directory, a ``.gguf`` file, or a saved-logits ``.npz``.
+SOURCE: ``humaneval``, ``pydoc`` or a ``.jsonl`` file (comma-separated for
+several); N prompts per task. Per task it prints mu, mu_2 and, per P, the
+real oracle E[X] (mean over prompts, 95% CI), the i.i.d. surrogate, the
+rigorous bounds and, labelled apart, the i.i.d.-only closed forms. This
+module imports without torch: the extra is checked when run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..llm import require_llm
+from ..llm.early_exit import print_drafter
+from ..llm.run import run_llm
+from ._args import P_list
+from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header
+
+
+def print_llm(d: dict, out=None) -> None:
+    out = out or sys.stdout
+    print(f"model {d['model']} (vocab {d['vocab_size']}), prompts {d['prompts']}, {d['convention']}", file=out)
+    for t in d["tasks"]:
+        print(
+            f"task {t['task']}: {t['prompts']} prompts, mu = {t.get('mu', float('nan')):.4f} "
+            f"+- {t.get('mu_ci95', float('nan')):.4f}, mu_2 = {t.get('mu2', float('nan')):.4f} "
+            f"+- {t.get('mu2_ci95', float('nan')):.4f} (nats, along {t.get('walks', 0)} sampled continuations)",
+            file=out,
+        )
+        groups = bound_groups(t["results"])
+        head = f"{'P':>5} {'oracle':>9} {'+-95%':>7} {'surrogate':>9}"
+        print(group_header(len(head), groups), file=out)
+        print(head + bound_header(groups), file=out)
+        for r in t["results"]:
+            line = f"{r['P']:>5} {fmt(r['mean'])} {fmt(r['ci95'], 7)} {fmt(r.get('surrogate'))}"
+            print(line + bound_cells(r, groups), file=out)
+        for note in bound_notes(groups):
+            print(note, file=out)
+        if t.get("drafter"):
+            print_drafter(t, out)
+    tm = d["timing"]
+    print(
+        f"model phase {tm['model_phase_seconds']:.1f} s, {100 * (tm['forward_fraction'] or 0):.0f}% in forward "
+        f"passes; load {tm['load_seconds']:.1f} s; total {tm['total_seconds']:.1f} s",
+        file=out,
+    )
+
+
+def _cmd(args) -> int:
+    if not (args.model.startswith("file:") or args.model.lower().endswith(".npz")):
+        require_llm()
+    d = run_llm(
+        model=args.model,
+        prompts=args.prompts,
+        n=args.n,
+        P=P_list(args.P),
+        walks=args.walks,
+        depth=args.depth,
+        seed=args.seed,
+        trees=args.trees,
+        batch=args.batch,
+        dtype=args.dtype,
+        threads=args.threads,
+        device=args.device,
+        max_prompt_tokens=args.max_prompt_tokens,
+        save_pool=args.save_pool,
+        record=args.record,
+        drafter=args.drafter,
+        log=None if args.json else (lambda m: print(m, file=sys.stderr)),
+    )
+    if args.json:
+        print(json.dumps(d))
+    else:
+        print_llm(d)
+    return 0
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("llm", help="real-model token trees: mu, mu_2, real oracle E[X], i.i.d. surrogate, bounds")
+    s.add_argument("--model", default="smollm2-135m", help="smollm2-135m, gemma3-270m, a model dir, .gguf or .npz")
+    s.add_argument("--prompts", default="humaneval", help="humaneval, pydoc or a .jsonl file (comma-separated)")
+    s.add_argument("--n", type=int, default=8, help="prompts per task (evenly spaced; default 8)")
+    s.add_argument("--P", default="1,2,4,8,16,32,64", help="verifier budgets (default 1,2,4,...,64)")
+    s.add_argument("--walks", type=int, default=16, help="sampled continuations per prompt (default 16)")
+    s.add_argument("--depth", type=int, default=48, help="tokens per continuation (default 48)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the continuations and the surrogate (default 0)")
+    s.add_argument("--trees", type=int, default=2000, help="i.i.d. surrogate trees (default 2000)")
+    s.add_argument("--batch", type=int, default=4, help="tree nodes per forward pass (default 4)")
+    s.add_argument("--dtype", default="float32", help="float32 (default) or bfloat16")
+    s.add_argument("--threads", type=int, default=1, help="torch threads (default 1; see docs/llm.md)")
+    s.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    s.add_argument("--max-prompt-tokens", type=int, default=384, help="keep the last N prompt tokens (default 384)")
+    s.add_argument("--save-pool", default=None, help="directory to keep each task's surrogate pool .npz")
+    s.add_argument("--record", default=None, help="save every log-prob row asked to this .npz (saved-logits file)")
+    s.add_argument("--drafter", default=None, help="early-exit:k=K (or k=6/12/18): the model cut after K layers as q")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    s.set_defaults(func=_cmd)

@@ -1,0 +1,121 @@
+"""Sequoia's static tree: positional acceptance rates and the dynamic program; the greedy (Tunstall) tree."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._keys import Stream, stream_key
+from .._stats import sample_chunks
+from ..laws import Law
+from ._builders import node_qtable, root_state
+from ._draftlaws import DraftLaw
+
+
+def acceptance_rates(key, law: Law, dlaw: DraftLaw, K: int, samples: int = 4096):
+    """``a[k] = E[p_u(x_k)]``, x_k the drafter's k-th ranked token, k < K; Monte Carlo over tree roots.
+
+    Returns (mean [K], standard error [K]) as float64 arrays (stream ``ACCEPTANCE`` of the run key).
+    """
+    f = jax.jit(jax.vmap(lambda kk: jnp.exp(node_qtable(law, dlaw, kk, root_state(law, kk), K)[1])))
+    (x,) = sample_chunks(f, stream_key(key, Stream.ACCEPTANCE), samples, law.vocab)
+    se = x.std(axis=0, ddof=1) / math.sqrt(x.shape[0]) if x.shape[0] > 1 else np.zeros(K)
+    return x.mean(axis=0), se
+
+
+def sequoia_dp(a, n: int, depth: int | None = None) -> tuple[float, list[tuple[int, ...]]]:
+    """Best static tree of at most n nodes under positional rates ``a`` (Sequoia's dynamic program).
+
+    Value of a tree = sum over its nodes v of prod over the edges of v's path of
+    ``a[rank]``. With G_l(m) = 1 + V_{l-1}(m - 1) the best value of an m-node
+    subtree hanging below a node with l levels left, and H_l(k, m) the best
+    value of at most m nodes placed under ranks k, k+1, ... of one node:
+    H_l(k, m) = max(H_l(k+1, m), max_{1<=j<=m} a[k] G_l(j) + H_l(k+1, m - j)),
+    V_l(m) = H_l(0, m), V_0 = 0. Without a depth limit, V_{l-1} = V_l.
+    Returns (value, BFS-ordered rank paths).
+    """
+    a = np.asarray(a, np.float64)
+    K = a.shape[0]
+    L = 1 if depth is None else int(depth)
+    Vt = np.zeros((L + 1, n + 1))
+    H = np.zeros((L + 1, K + 1, n + 1))
+    choice = np.zeros((L + 1, K, n + 1), np.int64)
+    for m in range(1, n + 1):
+        for lev in range(1, L + 1):
+            sub = lev if depth is None else lev - 1
+            G = 1.0 + Vt[sub, :m]  # G(j) for j = 1..m
+            for k in range(K - 1, -1, -1):
+                opts = a[k] * G + H[lev, k + 1, m - 1 :: -1][:m]
+                j = int(np.argmax(opts))
+                if opts[j] > H[lev, k + 1, m]:
+                    H[lev, k, m] = opts[j]
+                    choice[lev, k, m] = j + 1
+                else:
+                    H[lev, k, m] = H[lev, k + 1, m]
+            Vt[lev, m] = H[lev, 0, m]
+
+    paths: list[tuple[int, ...]] = []
+
+    def build(lev, m, prefix):
+        for k in range(K):
+            j = choice[lev, k, m]
+            if j > 0:
+                node = prefix + (k,)
+                paths.append(node)
+                build(lev if depth is None else lev - 1, j - 1, node)
+                m -= j
+            if m == 0:
+                break
+
+    build(L, n, ())
+    return float(Vt[L, n]), sorted(paths, key=lambda t: (len(t), t))
+
+
+def greedy_tree(a, n: int) -> tuple[float, list[tuple[int, ...]]]:
+    """The n rank paths of largest prod a[rank] (best-first with a heap, O(n log n)); prefix-closed when a is
+    non-increasing. Kobus and Gunduz build their optimal drafting tree this way (Tunstall's rule)."""
+    a = np.asarray(a, np.float64)
+    order = np.argsort(-a, kind="stable")
+    heap = [(-a[order[0]], (int(order[0]),), 0)]
+    out, total = [], 0.0
+    while heap and len(out) < n:
+        negw, path, i = heapq.heappop(heap)
+        out.append(path)
+        total += -negw
+        if i + 1 < len(order):  # next sibling
+            heapq.heappush(heap, (negw / a[order[i]] * a[order[i + 1]], path[:-1] + (int(order[i + 1]),), i + 1))
+        heapq.heappush(heap, (negw * a[order[0]], path + (int(order[0]),), 0))  # first child
+    return total, sorted(out, key=lambda t: (len(t), t))
+
+
+def brute_force_best(a, n: int, max_rank: int | None = None) -> float:
+    """Best value over *all* prefix-closed sets of at most n rank paths (exponential; tests only)."""
+    a = np.asarray(a, np.float64)
+    R = len(a) if max_rank is None else max_rank
+    best = 0.0
+    seen = {frozenset()}
+    frontier = [frozenset()]
+    for _ in range(n):
+        nxt = []
+        for s in frontier:
+            cands = [(r,) for r in range(R)] + [p + (r,) for p in s for r in range(R)]
+            for c in cands:
+                if c in s:
+                    continue
+                t = s | {c}
+                if t not in seen:
+                    seen.add(t)
+                    nxt.append(t)
+                    best = max(best, sum(math.prod(a[x] for x in p) for p in t))
+        frontier = nxt
+    return best
+
+
+def sequoia_paths(key, law: Law, dlaw: DraftLaw, P: int, depth: int | None, samples: int = 4096):
+    """Sequoia's P-node static tree for a law and draft law (its rates from the run key ``key``)."""
+    a, _ = acceptance_rates(key, law, dlaw, min(law.vocab, P), samples=samples)
+    return sequoia_dp(a, P, depth)[1]

@@ -1,0 +1,203 @@
+"""The law interface, its registry, and the ordering of a node's children.
+
+A *law* says how the target's next-token distribution ``p_u`` arises at each
+node ``u`` of the infinite token tree (docs/theory.md, "Laws"). Node ``u`` owns
+a key ``k_u``; its distribution is ``law.full_logp(dist_key(k_u), s_u)`` and its
+hidden state ``s_u`` was drawn by ``law.child_state`` from its parent's state
+and its own rank. Nothing depends on the order in which nodes are visited, so
+every drafter and every reference implementation sees the same tree.
+
+Children are ranked by decreasing probability; equal probabilities are
+ranked by token index, smaller first (the order of ``lax.top_k``):
+:func:`topk_sorted` and :func:`rank_of` implement that one convention.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._moments import entropy_moments
+from .._registry import registrar
+from .._spec import Spec, parse_spec
+from ..errors import BrwsimError
+
+PROB_TOL = 1e-6  # how far from 1 a user-given distribution may sum
+
+LAWS: dict[str, type] = {}  # SPEC family -> law class (read by parse_law)
+register = registrar(LAWS)
+
+
+def topk_sorted(logp: jax.Array, K: int) -> jax.Array:
+    """The K largest entries of ``logp`` in decreasing order, padded with -inf."""
+    V = logp.shape[-1]
+    if K <= V:
+        return jax.lax.top_k(logp, K)[0]
+    top = jax.lax.top_k(logp, V)[0]
+    pad = jnp.full(top.shape[:-1] + (K - V,), -jnp.inf, top.dtype)
+    return jnp.concatenate([top, pad], axis=-1)
+
+
+def rank_of(logp: jax.Array, token) -> jax.Array:
+    """Rank of ``token`` among the entries of ``logp`` (0 = most likely; ties to the smaller index, as top_k)."""
+    x = logp[token]
+    idx = jnp.arange(logp.shape[-1])
+    return (jnp.sum(logp > x) + jnp.sum((logp == x) & (idx < token))).astype(jnp.int32)
+
+
+def check_distribution(probs, what: str) -> np.ndarray:
+    """Validate one probability vector; return it as float64."""
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 1 or p.size < 1:
+        raise BrwsimError(f"{what}: needs at least one probability (V >= 1)")
+    if not np.all(np.isfinite(p)):
+        raise BrwsimError(f"{what}: probabilities must be finite numbers, found NaN or inf")
+    if np.any(p < 0):
+        raise BrwsimError(f"{what}: probabilities must be >= 0, found {p.min():g}")
+    s = p.sum()
+    if abs(s - 1.0) > PROB_TOL:
+        raise BrwsimError(f"{what}: probabilities sum to {s:.9g}, not 1 (tolerance 1e-6); normalise them")
+    return p
+
+
+class Law:
+    """Base class. An i.i.d. law has one hidden state, 0; Markov laws override the state methods.
+
+    Node distributions (all jittable, one node; vmap for more):
+
+    ``full_logp(key, state) -> f32[V]``
+        the whole distribution's log-probabilities, in the law's own token order
+        (``-inf`` where a probability is zero).
+    ``node_logp(key, state, K) -> f32[K]``
+        its ``K`` largest entries, decreasing, ``-inf`` past the vocabulary.
+        Only these can enter a P-node tree when ``K = min(V, P)``.
+    ``init_state(key)``, ``child_state(key, parent_state, rank)``
+        the hidden-state dynamics.
+
+    Indexed laws (``indexed``) draw every node's distribution from a fixed
+    table: ``node_logp(key, s, K) == row_table(K)[node_row(key, s)]`` bit for
+    bit, so the oracle keeps a row index per node.
+
+    The spine (docs/theory.md, "The spine") asks the law for one step of the
+    target's own continuation: :meth:`spine_step`, with host-side tables from
+    :meth:`spine_tables`.
+    """
+
+    family: ClassVar[str] = "law"
+    spec_keys: ClassVar[tuple[set[str], set[str]]] = (set(), set())  # (required, optional) SPEC keys
+    n_states = 1
+    indexed = False
+    spine_needs_rank = False  # True when a spine walk must know the rank of each step's child
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> Law:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def spec(self) -> str:  # pragma: no cover - overridden
+        """A SPEC string that :func:`brwsim.laws.parse_law` turns back into this law."""
+        raise NotImplementedError
+
+    @property
+    def vocab(self) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def full_logp(self, key, state):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def node_logp(self, key, state, K: int):
+        return topk_sorted(self.full_logp(key, state), K)
+
+    def row_table(self, K: int):  # pragma: no cover - indexed laws
+        raise NotImplementedError
+
+    def node_row(self, key, state):  # pragma: no cover - indexed laws
+        raise NotImplementedError
+
+    def init_state(self, key):
+        return jnp.int32(0)
+
+    def child_state(self, key, parent_state, rank):
+        return jnp.int32(0)
+
+    @property
+    def deterministic(self) -> bool:
+        """True when every node has the same distribution (a deterministic tree: exact enumeration)."""
+        return False
+
+    @property
+    def is_iid(self) -> bool:
+        return True
+
+    def exact_moments(self) -> tuple[float, float] | None:
+        """(mu, mu_2) in closed form, or None when only Monte Carlo is known."""
+        return None
+
+    def state_names(self) -> list[str]:
+        return ["iid"]
+
+    def sub_laws(self) -> tuple:
+        """The i.i.d. law of each hidden state (an i.i.d. law is its own one state)."""
+        return (self,)
+
+    def state_kernel(self) -> np.ndarray:
+        """``[S, R, S]``: the law of a child's state given its parent's state and its rank (row R - 1: larger ranks)."""
+        return np.ones((1, 1, 1))
+
+    def initial_probs(self) -> np.ndarray:
+        """``[S]``: the law of the root's hidden state."""
+        return np.ones(1)
+
+    def check_budget(self, P: int) -> None:
+        """Raise a one-line error if a P-node tree may need more children of one node than the law holds."""
+
+    # -- the spine: one step of the target's own continuation from a fresh node of this (i.i.d.) law
+
+    def spine_tables(self) -> dict:
+        """Host-computed tables :meth:`spine_step` reads (cumulative probabilities); none by default."""
+        return {}
+
+    def costly_spine_step(self, need_rank: bool) -> bool:
+        """True when a spine step needs the node's whole distribution (O(V))."""
+        return True
+
+    def spine_step(self, tables: dict, key, need_rank: bool, need_H: bool, exact):
+        """(xi, rank, H, M2) of one step from a fresh node: the chosen child's surprisal -log p_c, its rank
+        (0 unless ``need_rank``), and the node's entropy and second log-moment (NaN unless ``need_H``)."""
+        k1, k2 = jax.random.split(key)
+        lp = self.full_logp(k1, 0)
+        # inverse-CDF draw of the child: one uniform instead of V Gumbels
+        cdf = jnp.cumsum(jnp.exp(lp - jnp.max(lp)))
+        c = jnp.minimum(jnp.searchsorted(cdf, jax.random.uniform(k2) * cdf[-1], side="right"), lp.shape[0] - 1)
+        rank = rank_of(lp, c) if need_rank else jnp.int32(0)
+        if need_H:
+            h, m2 = entropy_moments(lp)
+        else:
+            h = m2 = jnp.float32(jnp.nan)
+        return -lp[c], rank, h, m2
+
+
+def parse_law(spec: str | Law) -> Law:
+    """Build a law from ``family:key=value,...`` (the families of :data:`LAWS`), or return a law as it is.
+
+    A bare path ending in ``.json``/``.toml`` is a Markov law, ``.npz`` a pool.
+    Raises :class:`BrwsimError` with a one-line message on any bad SPEC.
+    """
+    if isinstance(spec, Law):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise BrwsimError(f"law SPEC must be a non-empty string like 'dirichlet:V=1000,alpha=0.1', got {spec!r}")
+    spec = spec.strip()
+    lower = spec.lower()
+    if ":" not in spec or lower.endswith((".json", ".toml", ".npz")) and "=" not in spec:
+        family = "markov" if lower.endswith((".json", ".toml")) else "pool" if lower.endswith(".npz") else None
+        if family is None:
+            raise BrwsimError(
+                f"law {spec!r}: expected family:key=value,... with family one of "
+                f"{', '.join(sorted(LAWS))} (e.g. dirichlet:V=1000,alpha=0.1)"
+            )
+        return LAWS[family].from_spec(Spec(family, {"path": spec}, spec, "law"))
+    parsed = parse_spec(spec, "law", {name: cls.spec_keys for name, cls in LAWS.items()})
+    return LAWS[parsed.family].from_spec(parsed)

@@ -1,0 +1,111 @@
+"""``dirichlet``: p ~ Dirichlet(alpha, ..., alpha) on V symbols, its exact sampler and exact moments."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from scipy.special import polygamma, psi
+
+from .._spec import Spec, number
+from ._base import Law, register
+
+
+@register("dirichlet")
+class Dirichlet(Law):
+    """p ~ Dirichlet(alpha, ..., alpha) on V symbols.
+
+    SPEC: ``dirichlet:V=32000,alpha=0.05``. Sampled as normalised Gamma(alpha)
+    variables, in log space (:func:`log_gamma_variates`).
+    """
+
+    V: int = 2
+    alpha: float = 1.0
+
+    spec_keys = ({"V", "alpha"}, set())
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> Dirichlet:
+        return cls(V=number(spec, "V", integer=True, lo=1), alpha=number(spec, "alpha", lo=0, lo_open=True))
+
+    def spec(self) -> str:
+        return f"dirichlet:V={self.V},alpha={self.alpha:g}"
+
+    @property
+    def vocab(self) -> int:
+        return self.V
+
+    def full_logp(self, key, state):
+        lg = log_gamma_variates(key, self.alpha, (self.V,))
+        return lg - jax.nn.logsumexp(lg)
+
+    def exact_moments(self):
+        return dirichlet_moments(self.V, self.alpha)
+
+    def costly_spine_step(self, need_rank: bool) -> bool:
+        return need_rank
+
+    def spine_step(self, tables, key, need_rank, need_H, exact):
+        """Without ranks, O(1): the chosen child's probability is Beta(alpha + 1, (V - 1) alpha) (the
+        size-biased pick, docs/theory.md "Moments"), and H, M2 are replaced by their means mu, mu_2."""
+        if need_rank:
+            return super().spine_step(tables, key, need_rank, need_H, exact)
+        k1, k2 = jax.random.split(key)
+        lg1 = log_gamma_variates(k1, self.alpha + 1.0, ())
+        if self.V > 1:
+            lg2 = log_gamma_variates(k2, (self.V - 1) * self.alpha, ())
+            xi = jnp.logaddexp(lg1, lg2) - lg1
+        else:
+            xi = jnp.float32(0.0)
+        return xi, jnp.int32(0), jnp.float32(exact[0]), jnp.float32(exact[1])
+
+
+def log_gamma_variates(key, alpha: float, shape) -> jax.Array:
+    """log of i.i.d. Gamma(alpha, 1) variates, exact, stable for small alpha.
+
+    Gamma(alpha) = Gamma(alpha + 1) * U^(1/alpha) (Marsaglia and Tsang 2000,
+    section 6); Gamma(a), a >= 1, by their squeeze method: d = a - 1/3,
+    c = 1/sqrt(9d), v = (1 + c Z)^3, accept when log U < Z^2/2 + d - d v +
+    d log v. The loop redraws rejected entries until all are accepted.
+    """
+    a = alpha + 1.0 if alpha < 1 else alpha
+    d = a - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    kloop, kpow = jax.random.split(key)
+
+    def body(st):
+        i, x, done = st
+        kn, ku = jax.random.split(jax.random.fold_in(kloop, i))
+        z = jax.random.normal(kn, shape)
+        u = jax.random.uniform(ku, shape)
+        v = 1.0 + c * z
+        v = v * v * v
+        logv = jnp.log(jnp.where(v > 0, v, 1.0))
+        ok = (v > 0) & (jnp.log(u) < 0.5 * z * z + d - d * v + d * logv)
+        x = jnp.where(done, x, math.log(d) + logv)
+        return i + 1, x, done | ok
+
+    init = (jnp.int32(0), jnp.zeros(shape), jnp.zeros(shape, bool))
+    _, x, _ = jax.lax.while_loop(lambda s: ~jnp.all(s[2]), body, init)
+    if alpha < 1:
+        u = jax.random.uniform(kpow, shape, minval=jnp.finfo(jnp.float32).tiny)
+        x = x + jnp.log(u) / alpha
+    return x
+
+
+def dirichlet_moments(V: int, alpha: float) -> tuple[float, float]:
+    """Exact E[H(p)] and E[sum p (log p)^2] for p ~ Dirichlet(alpha 1_V) (docs/theory.md, "Moments").
+
+    With A = V alpha, p_1 ~ Beta(alpha, A - alpha), and by symmetry
+    E[H] = V E[-p_1 log p_1], E[M2] = V E[p_1 (log p_1)^2]. Size-biasing a
+    Beta(a, b) by p gives Beta(a + 1, b), whose log has mean
+    psi(a + 1) - psi(a + b + 1) and variance psi'(a + 1) - psi'(a + b + 1).
+    Since E[p_1] = 1/V:
+      mu   = psi(A + 1) - psi(alpha + 1),
+      mu_2 = (psi(alpha + 1) - psi(A + 1))^2 + psi'(alpha + 1) - psi'(A + 1).
+    """
+    A = V * alpha
+    m = float(psi(alpha + 1) - psi(A + 1))
+    var = float(polygamma(1, alpha + 1) - polygamma(1, A + 1))
+    return -m, m * m + var

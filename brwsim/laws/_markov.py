@@ -1,0 +1,199 @@
+"""``markov``: hidden states, a law per state, a kernel on the child's rank (docs/theory.md, "Markov laws")."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._registry import data_field
+from .._spec import Spec
+from ..errors import BrwsimError
+from ._base import Law, check_distribution, parse_law, register
+from ._pool import _read_file
+
+
+@register("markov")
+class Markov(Law):
+    """Hidden states; a law per state; a kernel on the child's rank.
+
+    The root's state is drawn from ``initial``. The state of node ``ui`` (the
+    child of ``u`` of rank ``i`` in ``p_u``, 0-based) is drawn from
+    ``kernel[s_u][min(i, R - 1)]``; its distribution from the law of its
+    state. SPEC: ``markov:path=FILE`` (or a path ending in ``.json`` /
+    ``.toml``). The file holds ``states`` (name -> law SPEC), ``initial`` (a
+    state name, or a name -> probability table) and ``kernel`` (name -> list
+    of rows: row r holds the next-state probabilities, in the order of
+    ``states``, of the child of rank r). A state may list fewer rows than
+    another: its last row then serves every larger rank (R is the longest
+    list). See ``examples/two_state.json`` and docs/theory.md.
+    """
+
+    laws: tuple = data_field()
+    log_kernel: jax.Array = data_field()  # [S, R, S]
+    log_init: jax.Array = data_field()  # [S]
+    names: tuple = ()
+    path: str = ""
+
+    spec_keys = ({"path"}, set())
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> Markov:
+        return load_markov(spec.params["path"])
+
+    def spec(self) -> str:
+        return f"markov:path={self.path}"
+
+    @property
+    def n_states(self) -> int:  # type: ignore[override]
+        return len(self.names)
+
+    @property
+    def vocab(self) -> int:
+        return max(law.vocab for law in self.laws)
+
+    @property
+    def is_iid(self) -> bool:
+        return False
+
+    @property
+    def spine_needs_rank(self) -> bool:  # type: ignore[override]
+        return int(self.log_kernel.shape[1]) > 1
+
+    def state_names(self):
+        return list(self.names)
+
+    def sub_laws(self) -> tuple:
+        return tuple(self.laws)
+
+    def state_kernel(self) -> np.ndarray:
+        return np.exp(np.asarray(self.log_kernel, np.float64))
+
+    def initial_probs(self) -> np.ndarray:
+        return np.exp(np.asarray(self.log_init, np.float64))
+
+    def check_budget(self, P: int) -> None:
+        for law in self.laws:
+            law.check_budget(P)
+
+    def _pad(self, lp):
+        V = self.vocab
+        if lp.shape[-1] == V:
+            return lp
+        return jnp.concatenate([lp, jnp.full((V - lp.shape[-1],), -jnp.inf, lp.dtype)])
+
+    def full_logp(self, key, state):
+        branches = [lambda k, law=law: self._pad(law.full_logp(k, 0)) for law in self.laws]
+        return jax.lax.switch(state, branches, key)
+
+    def node_logp(self, key, state, K: int):
+        branches = [lambda k, law=law: law.node_logp(k, 0, K) for law in self.laws]
+        return jax.lax.switch(state, branches, key)
+
+    @property
+    def indexed(self) -> bool:  # type: ignore[override]
+        return all(law.indexed for law in self.laws)
+
+    def row_table(self, K: int):
+        return jnp.concatenate([law.row_table(K) for law in self.laws], axis=0)
+
+    def node_row(self, key, state):
+        offsets = np.cumsum([0] + [law.row_table(1).shape[0] for law in self.laws])[:-1]
+        pairs = zip(self.laws, offsets.tolist(), strict=True)
+        branches = [lambda k, law=law, o=o: law.node_row(k, 0) + o for law, o in pairs]
+        return jax.lax.switch(state, branches, key)
+
+    def init_state(self, key):
+        return jax.random.categorical(key, self.log_init).astype(jnp.int32)
+
+    def child_state(self, key, parent_state, rank):
+        R = self.log_kernel.shape[1]
+        row = self.log_kernel[parent_state, jnp.minimum(rank, R - 1)]
+        return jax.random.categorical(key, row).astype(jnp.int32)
+
+
+def load_markov(path: str) -> Markov:
+    """Read a Markov law from JSON or TOML (see :class:`Markov`)."""
+    raw = _read_file(path, "Markov law")
+    try:
+        cfg = tomllib.loads(raw.decode()) if path.lower().endswith(".toml") else json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BrwsimError(f"Markov law file {path!r} does not parse: {str(e).splitlines()[0]}") from None
+    return markov_law(cfg, path)
+
+
+def markov_law(cfg: dict[str, Any], path: str = "<dict>") -> Markov:
+    """Build a Markov law from an already-parsed config dictionary (see :class:`Markov`)."""
+    where = f"Markov law {path!r}"
+    if not isinstance(cfg, dict):
+        raise BrwsimError(f"{where}: expected a table with keys states, initial, kernel")
+    extra = set(cfg) - {"states", "initial", "kernel", "description"}
+    if extra:
+        raise BrwsimError(f"{where}: unknown key(s) {', '.join(sorted(extra))}; use states, initial, kernel")
+    for k in ("states", "initial", "kernel"):
+        if k not in cfg:
+            raise BrwsimError(f"{where}: missing key {k!r}")
+    names, laws = _states(cfg["states"], where)
+    init_p = _initial(cfg["initial"], names, where)
+    K = _kernel(cfg["kernel"], names, where)
+    with np.errstate(divide="ignore"):
+        return Markov(
+            laws=tuple(laws),
+            log_kernel=jnp.asarray(np.log(K), jnp.float32),
+            log_init=jnp.asarray(np.log(init_p), jnp.float32),
+            names=names,
+            path=path,
+        )
+
+
+def _states(states, where: str) -> tuple[tuple, list]:
+    if not isinstance(states, dict) or not states:
+        raise BrwsimError(f"{where}: 'states' must map state names to law SPECs")
+    names = tuple(states)
+    laws = []
+    for n in names:
+        if not isinstance(states[n], str):
+            raise BrwsimError(f"{where}: state {n!r} must be a law SPEC string")
+        law = parse_law(states[n])
+        if not law.is_iid:
+            raise BrwsimError(f"{where}: state {n!r} may not itself be a Markov law")
+        laws.append(law)
+    return names, laws
+
+
+def _initial(init, names: tuple, where: str) -> np.ndarray:
+    if isinstance(init, str):
+        if init not in names:
+            raise BrwsimError(f"{where}: initial state {init!r} is not one of {list(names)}")
+        return np.array([1.0 if n == init else 0.0 for n in names])
+    if isinstance(init, dict):
+        unknown = set(init) - set(names)
+        if unknown:
+            raise BrwsimError(f"{where}: initial names unknown state(s) {sorted(unknown)}")
+        return check_distribution([float(init.get(n, 0.0)) for n in names], f"{where}: initial")
+    raise BrwsimError(f"{where}: 'initial' must be a state name or a name -> probability table")
+
+
+def _kernel(kernel, names: tuple, where: str) -> np.ndarray:
+    """``[S, R, S]`` probabilities; a state with fewer than R rows repeats its last row."""
+    S = len(names)
+    if not isinstance(kernel, dict) or set(kernel) != set(names):
+        raise BrwsimError(f"{where}: 'kernel' must have one entry per state: {list(names)}")
+    R = max(len(kernel[n]) if isinstance(kernel[n], list) else 0 for n in names)
+    if R < 1:
+        raise BrwsimError(f"{where}: each kernel entry must be a non-empty list of rows")
+    K = np.zeros((S, R, S))
+    for si, n in enumerate(names):
+        rows = kernel[n]
+        if not isinstance(rows, list) or not rows:
+            raise BrwsimError(f"{where}: kernel[{n!r}] must be a non-empty list of rows")
+        for r in range(R):
+            row = rows[min(r, len(rows) - 1)]
+            if not isinstance(row, list) or len(row) != S:
+                raise BrwsimError(f"{where}: kernel[{n!r}] row {r} must list {S} probabilities (one per state)")
+            K[si, r] = check_distribution(row, f"{where}: kernel[{n!r}] row {r}")
+    return K

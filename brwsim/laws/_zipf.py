@@ -1,0 +1,78 @@
+"""``zipf``: p_i proportional to i^(-s), optionally with a random exponent per node."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._moments import entropy_moments
+from .._spec import Spec, number
+from ._base import Law, register
+from ._fixed import cdf_step, cdf_tables
+
+
+@register("zipf")
+class Zipf(Law):
+    """p_i proportional to i^(-s), i = 1..V; optionally a random exponent per node.
+
+    SPEC: ``zipf:V=32000,s=1.1`` (deterministic tree) or
+    ``zipf:V=32000,s=1.1,s_sd=0.3``: each node draws its own exponent
+    s_u = s * exp(s_sd * N(0, 1)) (log-normal with median s).
+    """
+
+    V: int = 2
+    s: float = 1.0
+    s_sd: float = 0.0
+
+    spec_keys = ({"V", "s"}, {"s_sd"})
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> Zipf:
+        s_sd = number(spec, "s_sd", lo=0, default="0") if "s_sd" in spec.params else 0.0
+        return cls(V=number(spec, "V", integer=True, lo=1), s=number(spec, "s", lo=0, lo_open=True), s_sd=s_sd)
+
+    def spec(self) -> str:
+        extra = f",s_sd={self.s_sd:g}" if self.s_sd else ""
+        return f"zipf:V={self.V},s={self.s:g}{extra}"
+
+    @property
+    def vocab(self) -> int:
+        return self.V
+
+    def full_logp(self, key, state):
+        s = self.s
+        if self.s_sd > 0:
+            s = s * jnp.exp(self.s_sd * jax.random.normal(key, ()))
+        z = -s * jnp.log(jnp.arange(1, self.V + 1, dtype=jnp.float32))
+        return z - jax.nn.logsumexp(z)
+
+    def node_logp(self, key, state, K: int):
+        # already sorted: no top_k needed
+        lp = self.full_logp(key, state)
+        if K <= self.V:
+            return lp[:K]
+        return jnp.concatenate([lp, jnp.full((K - self.V,), -jnp.inf, lp.dtype)])
+
+    @property
+    def deterministic(self) -> bool:
+        return self.s_sd == 0
+
+    def exact_moments(self):
+        if self.s_sd > 0:
+            return None
+        lz = -self.s * np.log(np.arange(1, self.V + 1, dtype=np.float64))
+        lz -= np.logaddexp.reduce(lz)
+        h, m2 = entropy_moments(lz)
+        return float(h), float(m2)
+
+    def spine_tables(self) -> dict:
+        return cdf_tables(self) if self.deterministic else {}
+
+    def costly_spine_step(self, need_rank: bool) -> bool:
+        return not self.deterministic
+
+    def spine_step(self, tables, key, need_rank, need_H, exact):
+        if self.deterministic:
+            return cdf_step(tables, key, exact)
+        return super().spine_step(tables, key, need_rank, need_H, exact)

@@ -1,0 +1,116 @@
+"""``run_llm``: every measurement of brwsim on a real model, for a set of prompts (the ``brwsim llm`` command)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .. import _processes as processes
+from .._stats import CONVENTION
+from ..errors import BrwsimError, check_P_list, check_positive_int
+from ..theory import MIN_SPINE_WALKS
+from .early_exit import EarlyExitSource, measure_prompt_with_drafter, parse_early_exit, summarize_drafter
+from .measure import measure_prompt, summarize_task
+from .models import load_source
+from .prompts import load_prompts
+from .source import Recorder
+
+
+def _check(P, n, walks, depth, trees, batch, seed, drafter, record):
+    P_list = check_P_list(P)
+    n, walks, depth = (check_positive_int(k, v) for k, v in (("n", n), ("walks", walks), ("depth", depth)))
+    trees, batch = check_positive_int("trees", trees), check_positive_int("batch", batch)
+    seed = check_positive_int("seed", seed, minimum=0)
+    if walks * n < MIN_SPINE_WALKS:
+        raise BrwsimError(
+            f"--walks {walks} x --n {n} gives {walks * n} sampled continuations per task; the empirical bounds "
+            f"need at least {MIN_SPINE_WALKS}: raise --walks or --n"
+        )
+    if drafter:
+        parse_early_exit(drafter)  # spec errors before the slow model load
+        if record:
+            raise BrwsimError("--record and --drafter cannot be combined (a saved-logits file holds target rows only)")
+    return P_list, n, walks, depth, trees, batch, seed
+
+
+def _measure_all(source, items, P_max, walks, depth, seed, batch, drafter, log):
+    """Per task: the prompts' results (and the drafter's, with ``drafter``), in prompt order.
+
+    In a multi-process run every process measures every ``count()``-th prompt
+    and the results are gathered: a prompt's result depends on the prompt and
+    the seed only, so the rows are those of one process.
+    """
+    mine = []
+    for i, p in processes.share(list(enumerate(items))):
+        if drafter:
+            r, dr = measure_prompt_with_drafter(source, p, P_max, walks=walks, depth=depth, seed=seed, batch=batch)
+        else:
+            r, dr = measure_prompt(source, p, P_max, walks=walks, depth=depth, seed=seed, batch=batch), None
+        mine.append((i, r, dr))
+        if log:
+            log(f"[{i + 1}/{len(items)}] {p.task} {p.id}: {r.n_tokens} prompt tokens, {r.seconds:.1f} s")
+    by_task: dict[str, list] = {}
+    drafted: dict[str, list] = {}
+    for _, r, dr in sorted((x for part in processes.gather(mine) for x in part), key=lambda x: x[0]):
+        by_task.setdefault(r.prompt.task, []).append(r)
+        if dr is not None:
+            drafted.setdefault(r.prompt.task, []).append(dr)
+    return by_task, drafted
+
+
+def run_llm(
+    model: str = "smollm2-135m",
+    prompts: str = "humaneval",
+    n: int = 8,
+    P=(1, 2, 4, 8, 16, 32, 64),
+    walks: int = 16,
+    depth: int = 48,
+    seed: int = 0,
+    trees: int = 2000,
+    batch: int = 4,
+    dtype: str = "float32",
+    threads: int | None = 1,
+    device: str = "cpu",
+    max_prompt_tokens: int = 384,
+    save_pool: str | None = None,
+    record: str | None = None,
+    source=None,
+    log=None,
+    drafter: str | None = None,
+) -> dict:
+    """Run the measurements; return the JSON object of ``brwsim llm --json`` (docs/llm.md)."""
+    P_list, n, walks, depth, trees, batch, seed = _check(P, n, walks, depth, trees, batch, seed, drafter, record)
+    items = load_prompts(prompts, n)  # prompt errors before the slow model load
+    t_all = time.perf_counter()
+    if source is None:
+        source = load_source(model, device=device, dtype=dtype, threads=threads, max_prompt_tokens=max_prompt_tokens)
+    if drafter:
+        source = EarlyExitSource(source, parse_early_exit(drafter))
+    recorder = source = Recorder(source) if record else source
+    inner = source.inner if record else source
+    f0, t0 = getattr(inner, "forward_seconds", 0.0), time.perf_counter()
+    by_task, drafted = _measure_all(source, items, max(P_list), walks, depth, seed, batch, drafter, log)
+    model_seconds = time.perf_counter() - t0
+    fwd = sum(processes.gather(getattr(inner, "forward_seconds", 0.0) - f0))  # forward passes of every process
+    model_seconds = sum(processes.gather(model_seconds))
+    tasks = []
+    for task, rs in by_task.items():
+        pool = os.path.join(save_pool, f"{task}.npz") if save_pool else None
+        if save_pool:
+            os.makedirs(save_pool, exist_ok=True)
+        tasks.append(summarize_task(task, rs, P_list, surrogate_trees=trees, seed=seed, pool_path=pool))
+        if drafter:
+            tasks[-1]["drafter"] = summarize_drafter(drafted[task], P_list, n_layers=source.n_layers)
+    if record:
+        recorder.save(record)
+    settings = dict(prompts=prompts, n=n, walks=walks, depth=depth, seed=seed, surrogate_trees=trees)
+    settings |= dict(dtype=dtype, threads=threads, convention=CONVENTION, drafter=drafter)
+    timing = {
+        "load_seconds": getattr(inner, "load_seconds", 0.0),
+        "model_phase_seconds": model_seconds,
+        "forward_seconds": fwd,
+        "forward_fraction": fwd / model_seconds if model_seconds > 0 else None,
+        "total_seconds": time.perf_counter() - t_all,
+    }
+    model_info = {"model": getattr(inner, "name", model), "vocab_size": int(inner.vocab_size)}
+    return model_info | settings | {"tasks": tasks, "timing": timing}

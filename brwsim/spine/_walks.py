@@ -1,0 +1,154 @@
+"""Independent spine walks: the target sampling its own continuation, a few steps per walk.
+
+A spine walk starts at the root and moves, at every node, to a child drawn
+from the node's whole distribution ``p_u`` (docs/theory.md, "The spine").
+Each step is one call of the law's :meth:`~brwsim.laws.Law.spine_step`:
+O(log V) for fixed laws and pools, O(1) for an i.i.d. Dirichlet (the size-
+biased pick), O(V) otherwise. A Markov law dispatches each walk to the step
+of its current state's law, so a step costs one state's law, not all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._keys import INIT_TAG, Stream, stream_key
+from .._lowering import with_unrolled_threefry
+from ..errors import BrwsimError
+from ..laws import Law
+
+
+@partial(jax.jit, static_argnames=("state", "need_rank", "need_H", "exact"))
+def _step_batch(law: Law, tables: dict, base_key, walk_idx, depth, state: int, need_rank: bool, need_H: bool, exact):
+    """One step of the walks ``walk_idx`` (all in hidden ``state``) at ``depth``: (xi, rank, H, M2, next state)."""
+    sub = law.sub_laws()[state]
+
+    def one(i):
+        k = jax.random.fold_in(jax.random.fold_in(base_key, i), depth)
+        xi, r, h, m2 = sub.spine_step(tables, jax.random.fold_in(k, 0), need_rank, need_H, exact)
+        s_next = law.child_state(jax.random.fold_in(k, 1), jnp.int32(state), r)
+        return xi, r, h, m2, s_next
+
+    return jax.vmap(one)(walk_idx)
+
+
+@jax.jit
+def _init_states(law: Law, base_key, walk_idx):
+    return jax.vmap(lambda i: law.init_state(jax.random.fold_in(jax.random.fold_in(base_key, i), INIT_TAG)))(walk_idx)
+
+
+def _bucket(n: int, walks: int) -> int:
+    """Pad batch sizes to walks / 8^k (>= 128) so a run compiles a few shapes only."""
+    b = walks
+    while b // 8 >= max(n, 128):
+        b //= 8
+    return b
+
+
+@dataclasses.dataclass
+class Walks:
+    """Independent spine walks, arrays ``[walks, depth]`` (NaN after a walk stops).
+
+    xi:    surprisal of the step into depth d + 1, -log p_u(child).
+    H, M2: entropy and second log-moment of the node left by that step.
+    state: hidden state of that node (-1 after the walk stopped).
+    cover: ``[walks]``, the surprisal up to which the walk is fully observed
+           (its S at the last step; +inf for a walk that ended).
+    """
+
+    xi: np.ndarray
+    H: np.ndarray
+    M2: np.ndarray
+    state: np.ndarray
+    cover: np.ndarray
+
+
+class _Stepper:
+    """One depth of every active walk, dispatched per hidden state."""
+
+    def __init__(self, law: Law, base, walks: int, need_H: bool):
+        self.law, self.base, self.walks, self.need_H = law, base, walks, need_H
+        self.subs = law.sub_laws()
+        self.tables = [s.spine_tables() for s in self.subs]
+        self.exact = [None if (ex := s.exact_moments()) is None else (float(ex[0]), float(ex[1])) for s in self.subs]
+        self.need_rank = law.spine_needs_rank
+
+    def __call__(self, d: int, state: np.ndarray, active: np.ndarray):
+        """(xi, H, M2, state of the node left, next states), each ``[walks]``, at depth ``d``."""
+        out = np.full((3, self.walks), np.nan)
+        s_d = np.full(self.walks, -1, np.int32)
+        new_state = state.copy()
+        for si in np.unique(state[active]):
+            sel = active[state[active] == si]
+            # cheap steps run at one fixed batch shape (one compilation);
+            # O(V) steps shrink with the number of walks still going
+            costly = self.subs[si].costly_spine_step(self.need_rank)
+            B = _bucket(sel.size, self.walks) if costly else self.walks
+            pad = np.zeros(B, np.uint32)
+            pad[: sel.size] = sel
+            res = _step_batch(
+                self.law, self.tables[si], self.base, jnp.asarray(pad), d, int(si), self.need_rank, self.need_H,
+                self.exact[si],
+            )  # fmt: skip
+            xi, _, h, m2, sn = (np.asarray(o)[: sel.size] for o in res)
+            out[0, sel], out[1, sel], out[2, sel] = xi, h, m2
+            s_d[sel] = si
+            new_state[sel] = sn
+        return out[0], out[1], out[2], s_d, new_state
+
+
+@with_unrolled_threefry
+def sample_walks(
+    key,
+    law: Law,
+    walks: int,
+    s_max: float = math.inf,
+    depth: int | None = None,
+    max_depth: int = 4000,
+    stream: Stream = Stream.SPINE,
+    need_H: bool = False,
+) -> Walks:
+    """``walks`` independent spine walks of the run with key ``key`` (walk i's key: item i of ``stream``).
+
+    A walk stops once ``S_d > s_max`` or at ``depth`` steps (``max_depth`` when
+    ``depth`` is None); all stop when none of the walks still going has moved
+    for 64 steps (certain tokens, e.g. a zero-entropy law). The result does
+    not depend on how walks are batched. With ``need_H`` every node's entropy
+    and second log-moment are recorded (else NaN where not known exactly).
+    """
+    if walks < 2:
+        raise BrwsimError(f"walks must be >= 2, got {walks}")
+    D = max_depth if depth is None else int(depth)
+    base = stream_key(key, stream)
+    step = _Stepper(law, base, walks, need_H)
+    state = np.asarray(_init_states(law, base, jnp.asarray(np.arange(walks, dtype=np.uint32))), np.int32)
+    S = np.zeros(walks)
+    cols: list[tuple] = []
+    active = np.arange(walks)
+    stalled = 0
+    for d in range(D):
+        if active.size == 0:
+            break
+        xi_d, h_d, m2_d, s_d, state = step(d, state, active)
+        cols.append((xi_d, h_d, m2_d, s_d))
+        S_before = S[active].copy()
+        S[active] += xi_d[active]
+        stalled = stalled + 1 if np.array_equal(S_before, S[active]) else 0
+        active = active[S[active] <= s_max]
+        if stalled >= 64:  # no active walk has moved for 64 steps: stop; ``cover`` records where
+            break
+    return _collect(cols, walks, S.copy())
+
+
+def _collect(cols: list[tuple], walks: int, cover: np.ndarray) -> Walks:
+    if not cols:
+        empty = np.zeros((walks, 0))
+        return Walks(xi=empty, H=empty, M2=empty, state=np.zeros((walks, 0), np.int32), cover=cover)
+    xi, H, M2, st = (np.stack(c, 1) for c in zip(*cols, strict=True))
+    return Walks(xi=xi, H=H, M2=M2, state=st, cover=cover)
