@@ -329,6 +329,17 @@ def _bounds(key, law: Law, P_list, mom) -> list[Bounds]:
 
 
 @with_unrolled_threefry
+def _per_P(sums, key, law, P_list, mom, with_bounds):
+    """One :class:`PResult` per budget from the running sums (the check rides on the largest P)."""
+    results = [PResult(P=p, stat=s.stat()) for p, s in zip(P_list, sums.cols, strict=True)]
+    if sums.check.n:  # the check walks the largest tree only
+        results[-1].check = sums.check.stat()
+    if with_bounds:
+        for r, b in zip(results, _bounds(key, law, P_list, mom), strict=True):
+            r.bounds = b
+    return results
+
+
 def simulate(
     law: str | Law,
     P: int | Iterable[int] = (1, 4, 16, 64),
@@ -373,12 +384,7 @@ def simulate(
     if done == 0:
         raise KeyboardInterrupt
     mom = moments(key, law_obj)
-    results = [PResult(P=p, stat=s.stat()) for p, s in zip(P_list, sums.cols, strict=True)]
-    if check and sums.check.n:  # the check walks the largest tree only
-        results[-1].check = sums.check.stat()
-    if bounds and not interrupted:
-        for r, b in zip(results, _bounds(key, law_obj, P_list, mom), strict=True):
-            r.bounds = b
+    results = _per_P(sums, key, law_obj, P_list, mom, bounds and not interrupted)
     return SimulationResult(
         law=law if isinstance(law, str) else law_obj.spec(),
         iid=law_obj.is_iid,
