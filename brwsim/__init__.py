@@ -26,6 +26,7 @@ from ._devices import one_cpu_device_per_core, resolve_devices
 from ._keys import Stream, stream_key, tree_keys
 from ._lowering import unrolled_threefry
 from ._moments import Moments, entropy_moments
+from ._processes import start as start_processes
 from ._stats import CONVENTION, Stat
 from .errors import BrwsimError
 from .estimate import PResult, SimulationResult, oracle_values, simulate
@@ -55,6 +56,7 @@ __all__ = [
     "parse_law",
     "resolve_devices",
     "simulate",
+    "start_processes",
     "stream_key",
     "tree_keys",
     "unrolled_threefry",
