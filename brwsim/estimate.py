@@ -356,17 +356,13 @@ def simulate(
 ) -> SimulationResult:
     """E[X] of the oracle tree (or another drafter's) at each budget P, with 95% confidence intervals.
 
-    ``law`` is a SPEC string (see :func:`brwsim.laws.parse_law`) or a law
-    object; ``drafter`` (``NAME[:key=value,...]``, default ``oracle``) and
-    ``draft_law`` (the drafter's q, default ``exact``) select another drafter
-    (:mod:`brwsim.drafters`). ``devices`` (``"all"`` or a count) shards the
-    oracle's trees over devices (same results). X counts accepted draft tokens
-    per verifier call; tokens per call are X + 1. With ``check`` the largest
-    P also carries the mean accepted length of one simulated target
-    continuation per tree, an independent estimator of the same quantity.
-    With ``bounds`` every P carries its :class:`brwsim.theory.Bounds`.
-    ``keep_values`` also returns every tree's value (memory grows with the trees).
-    A KeyboardInterrupt stops the trees and returns the finished ones' estimates.
+    ``law``: a SPEC string (:func:`brwsim.laws.parse_law`) or a law object; ``drafter``
+    (``NAME[:key=value,...]``, default ``oracle``) and ``draft_law`` (its q, default ``exact``) select
+    another drafter (:mod:`brwsim.drafters`); ``devices`` (``"all"`` or a count) shards the oracle's trees
+    (same results). X counts accepted draft tokens per verifier call (tokens per call: X + 1). ``check``:
+    the largest P also carries the mean accepted length of one simulated target continuation per tree,
+    an independent estimator. ``bounds``: every P carries its :class:`brwsim.theory.Bounds`.
+    ``keep_values``: every tree's value too. A KeyboardInterrupt returns the finished trees' estimates.
     """
     law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
     t0 = time.perf_counter()

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import _processes as processes
 from . import require_llm
 from .source import Context, LogitsSource, Walker
 
@@ -34,6 +35,17 @@ def _torch():
     import torch
 
     return torch
+
+
+def torch_device(device: str = "auto") -> str:
+    """The torch device to run on: ``auto`` is the process's own GPU when torch sees one (in a
+    multi-process run, GPU ``index % count``), else the CPU; any other name is passed on."""
+    if device != "auto":
+        return device
+    torch = _torch()
+    if torch.cuda.is_available():
+        return f"cuda:{processes.index() % torch.cuda.device_count()}"
+    return "cpu"
 
 
 class HFSource(LogitsSource):
@@ -49,11 +61,12 @@ class HFSource(LogitsSource):
         model,
         tokenizer,
         name: str = "hf",
-        device: str = "cpu",
+        device: str = "auto",
         threads: int | None = None,
         max_prompt_tokens: int = 384,
     ):
         torch = _torch()
+        device = torch_device(device)
         if threads:
             torch.set_num_threads(int(threads))
         self.model = model.to(device).eval()

@@ -103,7 +103,7 @@ def converted(name: str) -> Path:
 
 def load_source(
     model: str,
-    device: str = "cpu",
+    device: str = "auto",
     dtype: str = "float32",
     threads: int | None = None,
     max_prompt_tokens: int = 384,

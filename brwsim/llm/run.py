@@ -70,7 +70,7 @@ def run_llm(
     batch: int = 4,
     dtype: str = "float32",
     threads: int | None = 1,
-    device: str = "cpu",
+    device: str = "auto",
     max_prompt_tokens: int = 384,
     save_pool: str | None = None,
     record: str | None = None,
