@@ -1,4 +1,4 @@
-"""Experiment: threshold-then-select oracle (issue 7's idea), measured against ``oracle_batch``.
+"""Experiment: a threshold-then-select oracle, measured against ``oracle_batch``.
 
     python benchmarks/threshold_select.py [--P 16,64,256,1024,4096] [--repeats 2]
 
