@@ -41,7 +41,8 @@ def _tree_inputs(torch, P: int, context: int, dtype, device):
 def verify_times(
     src, P_list, context: int = 256, repeats: int = 5, seed: int = 0, warmup: int = 1
 ) -> dict[int, list[float]]:
-    """Seconds of each of ``repeats`` tree-verification passes at each P (0 included), on a loaded HF source."""
+    """Seconds of each of ``repeats`` tree-verification passes at each P (0 included), on a loaded HF source; the
+    passes run in rounds over every P (a warm-up round first)."""
     torch = _torch()
     m = src.model
     rng = np.random.default_rng(seed)
@@ -49,21 +50,26 @@ def verify_times(
     ids = torch.tensor([rng.integers(0, vocab, size=context).tolist()], device=src.device)
     with torch.inference_mode():
         cache = m(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
-    out: dict[int, list[float]] = {}
-    for P in sorted({0, *(int(p) for p in P_list)}):
-        mask, pos = _tree_inputs(torch, P, context, src.dtype, src.device)
-        q = torch.tensor([rng.integers(0, vocab, size=P + 1).tolist()], device=src.device)
-        ts = []
-        for r in range(warmup + repeats):
+    Ps = sorted({0, *(int(p) for p in P_list)})
+    inputs = {
+        P: (*_tree_inputs(torch, P, context, src.dtype, src.device), _ids(torch, rng, vocab, P + 1, src)) for P in Ps
+    }
+    out: dict[int, list[float]] = {P: [] for P in Ps}
+    for r in range(warmup + repeats):  # rounds over every P, so that load from other processes hits all alike
+        for P in Ps:
+            mask, pos, q = inputs[P]
             with torch.inference_mode():
                 t0 = time.perf_counter()
                 m(input_ids=q, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
                 dt = time.perf_counter() - t0
             cache.crop(-(P + 1))  # drop the tree's slots: every pass sees the same context
             if r >= warmup:
-                ts.append(dt)
-        out[P] = ts
+                out[P].append(dt)
     return out
+
+
+def _ids(torch, rng, vocab: int, n: int, src):
+    return torch.tensor([rng.integers(0, vocab, size=n).tolist()], device=src.device)
 
 
 def machine_peaks(copy_mb: int = 512, matmul_n: int = 2048, repeats: int = 5) -> dict:
