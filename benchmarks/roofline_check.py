@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -70,6 +71,7 @@ def fit_overhead_and_flops(roof, P_list, measured: np.ndarray) -> tuple[float, f
 
 
 def run(P_list, context: int, repeats: int) -> dict:
+    load_before = os.getloadavg()[0]
     src = load_source("smollm2-135m", threads=1)
     peaks = machine_peaks()
     roof = cpu_roofline(src, context=context, peaks=peaks)
@@ -92,6 +94,8 @@ def run(P_list, context: int, repeats: int) -> dict:
         "model": "smollm2-135m", "params": roof.shape.params, "bytes_per_param": roof.bytes_per_param,
         "context": context, "repeats": repeats, "peaks": peaks, "ridge_P": roof.ridge_P(),
         "fitted_overhead_s": o, "fit2_overhead_s": o2, "fit2_flops": f2, "rows": rows,
+        "load_average_1min": [load_before, os.getloadavg()[0]],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }  # fmt: skip
 
 
@@ -100,7 +104,8 @@ def print_table(d: dict, out) -> None:
     print(
         f"smollm2-135m: {d['params']:.4g} params x {d['bytes_per_param']:g} B, context {d['context']}; measured here "
         f"(1 thread): bandwidth {pk['bandwidth'] / 1e9:.2f} GB/s, {pk['flops'] / 1e9:.1f} GFLOP/s (2048^2 matmul); "
-        f"ridge P = {d['ridge_P']:.1f}",
+        f"ridge P = {d['ridge_P']:.1f}; load average {d['load_average_1min'][0]:.1f} .. "
+        f"{d['load_average_1min'][1]:.1f} ({d['date']})",
         file=out,
     )
     print(
