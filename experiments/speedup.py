@@ -168,7 +168,7 @@ def figure(curves):
         ax.set_title(titles[panel], fontsize=9)
         ax.set_xlabel("verifier budget P (draft tokens per call)")
         ax.set_ylabel("speedup over plain decoding (estimate, 95% band)")
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="lower left" if panel == "cpu" else "lower center")
     fig.suptitle(
         "Speedup at the speed of light (oracle tree, no draft cost), an early-exit drafter beside it (a); "
         "stars: the best P; solid: code, dashed: prose",
