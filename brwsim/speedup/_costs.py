@@ -152,7 +152,8 @@ class RooflineCost(VerifyCost):
 
     @property
     def label(self) -> str:
-        return f"roofline {self.hardware.name}, {self.shape.name}, {self.bytes_per_param:g} B/param, L={self.context}"
+        s = f"roofline {self.hardware.name}, {self.shape.name}, {self.bytes_per_param:g} B/param, L={self.context}"
+        return s + ("" if self.shape.layers else "; KV cache and attention not counted (give a --target shape)")
 
     def breakdown(self, P: int) -> dict:
         """Bytes, FLOPs, the memory and compute times, and which one binds, at budget ``P``."""
