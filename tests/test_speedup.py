@@ -209,3 +209,20 @@ def test_timed_tree_pass_on_a_tiny_model():
     seen = (mask[0, 0] == 0).int().tolist()
     assert seen[3] == [1, 1, 1, 1, 1, 0, 1, 0] and pos.tolist() == [[3, 4, 4, 5, 5]]
     assert math.isfinite(c.t_verify(2))
+
+
+def test_cli_plan_from_saved_json(sim, tmp_path, capsys):
+    f = tmp_path / "sim.json"
+    f.write_text(json.dumps(sim.to_dict()))
+    assert main(["plan", "--from-json", str(f), "--hardware", "custom:bw=1e12,flops=1e15", "--params", "1e9",
+                 "--json"]) == 0  # fmt: skip
+    (t,) = json.loads(capsys.readouterr().out)["tables"]
+    # memory-bound at every P here (ridge P + 1 = 1000): t_verify is flat, so speedup = E[X] + 1 and the best is P = 8
+    assert t["best"]["P"] == 8 and t["best"]["speedup"] == pytest.approx(exact_ex(8) + 1, rel=1e-6)
+    assert t["best"]["at_edge"] and t["cost"]["kind"] == "modelled"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for path, msg in ((bad, "is not JSON"), (tmp_path / "none.json", "does not exist")):
+        assert main(["plan", "--from-json", str(path), "--hardware", "h100", "--params", "1e9"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and msg in err
