@@ -226,3 +226,18 @@ def test_cli_plan_from_saved_json(sim, tmp_path, capsys):
         assert main(["plan", "--from-json", str(path), "--hardware", "h100", "--params", "1e9"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and msg in err
+
+
+def test_cli_plan_drafter_beside_the_oracle(tmp_path, capsys):
+    f = tmp_path / "cost.csv"
+    f.write_text("\n".join(f"{P},{s}" for P, s in COSTS.items()) + "\n")
+    args = ["plan", "--law", LAW, "--hardware", f"csv:{f}", "--P", "1,2,4", "--trees", "4", "--json"]
+    assert main([*args, "--drafter", "chain", "--draft-pass-seconds", "0.5"]) == 0
+    oracle, chain = json.loads(capsys.readouterr().out)["tables"]
+    assert oracle["drafter"] == "oracle" and chain["drafter"] == "chain"
+    # the fixed law's greedy chain of P tokens accepts 0.6 + 0.36 + ... (P terms); one 0.5 s pass per token
+    for r in chain["rows"][1:]:
+        ex = sum(0.6**d for d in range(1, r["P"] + 1))
+        assert r["ex"] == pytest.approx(ex, rel=1e-6) and r["t_draft"] == pytest.approx(0.5 * r["P"])
+        assert r["speedup"] == pytest.approx((ex + 1) / (COSTS[r["P"]] + 0.5 * r["P"]), rel=1e-6)
+    assert chain["best"]["P"] == 1 and oracle["best"]["P"] == 2

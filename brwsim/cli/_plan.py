@@ -21,7 +21,7 @@ from ..errors import BrwsimError
 from ..estimate import simulate
 from ..llm.models import load_source
 from ..llm.run import run_llm
-from ..speedup import MEANING, SpeedupTable, from_llm, from_simulation, speedup_table, verify_cost
+from ..speedup import MEANING, DraftCost, SpeedupTable, from_llm, from_simulation, speedup_table, verify_cost
 from ._args import P_list
 
 COST_WORD = {"measured": "measured here", "modelled": "modelled", "table": "user table"}
@@ -77,6 +77,22 @@ def _Ps(rows) -> list[int]:
     return [int(r["P"]) for r in rows]
 
 
+def _law_tables(args, P, cost) -> list[SpeedupTable]:
+    """The oracle's table (the speed of light) and, with ``--drafter``, the simulated drafter's beside it."""
+    if args.draft_pass_seconds < 0 or args.draft_passes is not None and args.draft_passes < 1:
+        raise BrwsimError("--draft-pass-seconds must be >= 0 and --draft-passes >= 1")
+    kw = dict(P=P, trees=args.trees, seed=args.seed, progress=False)
+    out = [from_simulation(simulate(args.law, **kw), cost)]
+    if args.drafter and args.drafter != "oracle":
+        res = simulate(args.law, drafter=args.drafter, draft_law=args.draft_law, **kw)
+        passes = "P" if args.draft_passes is None else args.draft_passes
+        per = "drafted token" if passes == "P" else f"tree ({passes} passes)"
+        label = f"{args.drafter}: {1e3 * args.draft_pass_seconds:g} ms per pass, one pass per {per}"
+        draft = DraftCost(args.draft_pass_seconds, passes, label, "user" if args.draft_pass_seconds else "none")
+        out.append(from_simulation(res, cost, draft))
+    return out
+
+
 def tables_for(args) -> list[SpeedupTable]:
     P = P_list(args.P)
     cost_kw = dict(
@@ -88,9 +104,7 @@ def tables_for(args) -> list[SpeedupTable]:
     if args.from_json:
         return _from_json(args.from_json, cost_kw, args)
     if args.law:
-        cost = verify_cost(args.hardware, P=P, **cost_kw)  # hardware errors before the simulation
-        res = simulate(args.law, P=P, trees=args.trees, seed=args.seed, progress=False)
-        return [from_simulation(res, cost)]
+        return _law_tables(args, P, verify_cost(args.hardware, P=P, **cost_kw))  # hardware errors first
     hw = args.hardware
     needs_model = hw in ("cpu-measured", "cpu-roofline") or (args.params is None and args.target is None)
     if not hw.startswith("csv:") and not needs_model:
@@ -132,13 +146,22 @@ def add_parser(sub) -> None:
     s.add_argument("--P", default="1,2,4,8,16,32,64", help="verifier budgets (default 1,2,4,...,64)")
     s.add_argument("--trees", type=int, default=1000, help="simulated trees with --law (default 1000)")
     s.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    d = s.add_argument_group("a drafter beside the oracle")
+    d.add_argument(
+        "--drafter",
+        default=None,
+        help="with --law: topq, eagle, chain, ... (brwsim simulate's); with --model: early-exit:k=K "
+        "(draft cost modelled as k/layers of a decoding step per drafted token)",
+    )
+    d.add_argument("--draft-law", default=None, help="with --law: the drafter's q (brwsim simulate's --draft-law)")
+    d.add_argument("--draft-pass-seconds", type=float, default=0.0, help="with --law: seconds per drafter pass")
+    d.add_argument("--draft-passes", type=int, default=None, help="with --law: passes per tree (default P)")
     g = s.add_argument_group("--model: the real-model run (brwsim llm's options, small defaults)")
     g.add_argument("--prompts", default="humaneval", help="humaneval, pydoc or a .jsonl file (default humaneval)")
     g.add_argument("--n", type=int, default=2, help="prompts per task (default 2)")
     g.add_argument("--walks", type=int, default=8, help="sampled continuations per prompt (default 8)")
     g.add_argument("--depth", type=int, default=16, help="tokens per continuation (default 16)")
     g.add_argument("--surrogate-trees", type=int, default=300, help="i.i.d. surrogate trees (default 300)")
-    g.add_argument("--drafter", default=None, help="early-exit:k=K: also the drafter's speedup (draft cost modelled)")
     g.add_argument("--task", default=None, help="only this task of a real-model result")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_cmd)
