@@ -125,6 +125,16 @@ def test_bad_hardware_is_one_line(hardware, params, match):
 
 
 @pytest.mark.parametrize(
+    "kw, match",
+    [({"context": 0}, "--context must be an integer >= 1"), ({"bytes_per_param": 0}, "--bytes-per-param must be > 0"),
+     ({"overhead": -1.0}, "--overhead >= 0")],
+)  # fmt: skip
+def test_bad_roofline_numbers_are_one_line(kw, match):
+    with pytest.raises(BrwsimError, match=match):
+        verify_cost("h100", params=8e9, **kw)
+
+
+@pytest.mark.parametrize(
     "text, match",
     [
         ("P,seconds\n0,0.1\n1,abc\n", ":3: cannot read"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import BrwsimError
+from ..errors import BrwsimError, check_positive_int
 from ..llm.models import load_source
 from ..llm.timing import machine_peaks, verify_times
 from ._costs import RooflineCost, VerifyCost, measured_cost, read_cost_csv
@@ -55,6 +55,9 @@ def verify_cost(
     if not isinstance(hardware, str) or not hardware.strip():
         raise BrwsimError("--hardware is empty; use h100, h200, a100, l4, cpu-measured, csv:FILE or custom:...")
     hardware = hardware.strip()
+    context, repeats = check_positive_int("--context", context), check_positive_int("--repeats", repeats)
+    if not bytes_per_param > 0 or (overhead is not None and not overhead >= 0):
+        raise BrwsimError(f"--bytes-per-param must be > 0 and --overhead >= 0; got {bytes_per_param}, {overhead}")
     if hardware.startswith("csv:"):
         return read_cost_csv(hardware[4:])
     if hardware in MEASURED:
