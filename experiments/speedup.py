@@ -5,7 +5,7 @@ per second with speculation over tokens per second of plain decoding
 (brwsim.speedup, docs/speedup.md). E[X](P) is the real oracle tree's of
 SmolLM2-135M-Instruct on HumanEval (code) and pydoc (prose) prompts, read from
 the real-model experiment's rows (the full run's when they exist, else this
-mode's); its 95% CI is carried into the speedup. (a) t_verify measured here:
+mode's, else the committed ones); its 95% CI is carried into the speedup. (a) t_verify measured here:
 the shipped model's one-pass tree verification on this CPU (fp32, one torch
 thread, context 256, median of repeats); the early-exit drafter of the
 real-drafter experiment beside the oracle, its best exit layer k, with a draft
@@ -42,6 +42,7 @@ LAYERS = 30
 GPU = "h100"
 # (shape, weight bytes per parameter): 70B in bf16 (141 GB) does not fit one 80 GB H100; weight-only 8-bit does
 TARGETS = (("llama-1b", 2.0), ("llama-8b", 2.0), ("llama-70b", 1.0))
+COMMITTED = Path(__file__).resolve().parents[1] / "results"
 GPU_P_MAX = 4096  # E[X] past the measured budgets: extrapolated (a prediction), dotted in the figure
 
 
@@ -52,11 +53,12 @@ def settings(quick: bool, seed: int) -> dict:
 
 
 def _read(name: str) -> list[dict]:
-    """Rows another experiment wrote: the full run's when present, else this mode's (quick) ones."""
+    """Rows another experiment wrote: the full run's when present, else this mode's (quick) ones, else the rows
+    committed with the repository."""
     results, _ = common.out_dirs()
-    for path in dict.fromkeys([results.parent / f"{name}.jsonl" if results.name == "quick" else None,
-                               results / f"{name}.jsonl"]):  # fmt: skip
-        if path is not None and path.exists():
+    full = results.parent if results.name == "quick" else results
+    for path in dict.fromkeys([full / f"{name}.jsonl", results / f"{name}.jsonl", COMMITTED / f"{name}.jsonl"]):
+        if path.exists():
             return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return []
 
