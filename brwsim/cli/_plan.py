@@ -21,7 +21,18 @@ from ..errors import BrwsimError
 from ..estimate import simulate
 from ..llm.models import load_source
 from ..llm.run import run_llm
-from ..speedup import MEANING, DraftCost, SpeedupTable, from_llm, from_simulation, speedup_table, verify_cost
+from ..speedup import (
+    MEANING,
+    DraftCost,
+    SpeedupTable,
+    from_llm,
+    from_simulation,
+    parse_custom,
+    preset,
+    read_cost_csv,
+    speedup_table,
+    verify_cost,
+)
 from ._args import P_list
 
 COST_WORD = {"measured": "measured here", "modelled": "modelled", "table": "user table"}
@@ -62,14 +73,20 @@ def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
         raise BrwsimError(f"--from-json {path!r} does not exist") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BrwsimError(f"--from-json {path!r} is not JSON ({e}); give a brwsim simulate/llm --json output") from None
-    if isinstance(d, dict) and "tasks" in d:
-        cost = verify_cost(args.hardware, P=_Ps(d["tasks"][0]["results"]), **cost_kw)
-        return from_llm(d, cost, task=args.task)
-    if isinstance(d, dict) and "results" in d:
-        cost = verify_cost(args.hardware, P=_Ps(d["results"]), **cost_kw)
-        ex = [(r["P"], r["mean"], r["ci95"]) for r in d["results"]]
-        src = f"{path} ({d.get('law', '?')}, {d.get('trees', '?')} trees)"
-        return [speedup_table(ex, cost, drafter=d.get("drafter", "oracle"), source=src)]
+    try:
+        if isinstance(d, dict) and "tasks" in d:
+            cost = verify_cost(args.hardware, P=_Ps(d["tasks"][0]["results"]), **cost_kw)
+            return from_llm(d, cost, task=args.task)
+        if isinstance(d, dict) and "results" in d:
+            cost = verify_cost(args.hardware, P=_Ps(d["results"]), **cost_kw)
+            ex = [(r["P"], r["mean"], r["ci95"]) for r in d["results"]]
+            src = f"{path} ({d.get('law', '?')}, {d.get('trees', '?')} trees)"
+            return [speedup_table(ex, cost, drafter=d.get("drafter", "oracle"), source=src)]
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        if isinstance(e, BrwsimError):
+            raise
+        what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+        raise BrwsimError(f"--from-json {path!r}: cannot read its result rows ({what}); give a brwsim --json output") from None
     raise BrwsimError(f"--from-json {path!r} is neither a brwsim simulate nor a brwsim llm --json output")
 
 
@@ -105,10 +122,13 @@ def tables_for(args) -> list[SpeedupTable]:
         return _from_json(args.from_json, cost_kw, args)
     if args.law:
         return _law_tables(args, P, verify_cost(args.hardware, P=P, **cost_kw))  # hardware errors first
-    hw = args.hardware
-    needs_model = hw in ("cpu-measured", "cpu-roofline") or (args.params is None and args.target is None)
-    if not hw.startswith("csv:") and not needs_model:
-        verify_cost(hw, P=P, **cost_kw)  # bad hardware: one line before the slow model load
+    hw = args.hardware.strip()
+    if hw.startswith("csv:"):  # bad hardware: one line before the slow model load
+        read_cost_csv(hw[4:])
+    elif hw.startswith("custom"):
+        parse_custom(hw)
+    elif hw not in ("cpu-measured", "cpu-roofline"):
+        preset(hw.lower())
     source = load_source(args.model, threads=1)
     cost = verify_cost(hw, P=P, source=source, **(cost_kw | {"model": args.model}))
     d = run_llm(
