@@ -86,7 +86,8 @@ def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
         if isinstance(e, BrwsimError):
             raise
         what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
-        raise BrwsimError(f"--from-json {path!r}: cannot read its result rows ({what}); give a brwsim --json output") from None
+        msg = f"--from-json {path!r}: cannot read its result rows ({what}); give a brwsim --json output"
+        raise BrwsimError(msg) from None
     raise BrwsimError(f"--from-json {path!r} is neither a brwsim simulate nor a brwsim llm --json output")
 
 
