@@ -232,7 +232,10 @@ def test_cli_plan_from_saved_json(sim, tmp_path, capsys):
     assert t["best"]["at_edge"] and t["cost"]["kind"] == "modelled"
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    for path, msg in ((bad, "is not JSON"), (tmp_path / "none.json", "does not exist")):
+    rowless = tmp_path / "rowless.json"
+    rowless.write_text('{"results": [{"P": 1}]}')
+    cases = ((bad, "is not JSON"), (tmp_path / "none.json", "does not exist"), (rowless, "missing key 'mean'"))
+    for path, msg in cases:
         assert main(["plan", "--from-json", str(path), "--hardware", "h100", "--params", "1e9"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and msg in err
