@@ -33,6 +33,7 @@ EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows rea
     "spec_sampling",
     "drafter_gap",
     "real_drafter",
+    "speedup",  # reads the rows real_model and real_drafter write
 ]
 
 

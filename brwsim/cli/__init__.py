@@ -17,9 +17,9 @@ from .. import _processes as processes
 from .._devices import one_cpu_device_per_core
 from .._lowering import unrolled_threefry
 from ..errors import BrwsimError
-from . import _laws, _llm, _reproduce, _simulate
+from . import _laws, _llm, _plan, _reproduce, _simulate
 
-SUBCOMMANDS = (_simulate, _reproduce, _llm, _laws)
+SUBCOMMANDS = (_simulate, _reproduce, _llm, _laws, _plan)
 
 
 @contextlib.contextmanager

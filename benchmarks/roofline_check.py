@@ -1,0 +1,146 @@
+"""Benchmark: the roofline cost model against the measured tree-verification pass of the shipped model.
+
+    python benchmarks/roofline_check.py [--P 0,1,2,4,8,16,32,64,128] [--context 256] [--repeats 5] [--json]
+
+Measures this machine's memory bandwidth (a 512 MiB tensor copy, read + write)
+and float32 FLOP/s (a 2048 x 2048 matrix product) with one torch thread (the
+real-model path's default), feeds them to :class:`brwsim.speedup.RooflineCost`
+with SmolLM2-135M's own shape (parameter count, layers, KV heads from the
+loaded model; 4 bytes per parameter, fp32), and compares with the measured
+t_verify(P) (median of repeats of the one-pass tree verification,
+:func:`brwsim.llm.timing.verify_times`). Printed per P: measured (min..max),
+roofline, the ratio measured / roofline, the same with a fitted constant
+overhead, and with a fitted overhead plus a fitted achieved FLOP/s; and, to
+say where the time goes, the time of the model's linear layers alone (every
+weight matrix applied to P + 1 rows, torch's own kernels) and the FLOP/s they
+achieve. The target is a ratio within 20% (0.8 .. 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from brwsim.llm.models import load_source
+from brwsim.llm.timing import machine_peaks, verify_times
+from brwsim.speedup import cpu_roofline
+
+
+def linear_times(model, P_list, repeats: int) -> dict[int, float]:
+    """Median seconds of applying every linear layer (LM head included) of ``model`` to P + 1 random rows."""
+    import torch
+
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    out = {}
+    with torch.inference_mode():
+        for P in P_list:
+            xs = {w.shape[1]: torch.randn(P + 1, w.shape[1]) for w in weights}
+            ts = []
+            for _ in range(repeats + 1):
+                t0 = time.perf_counter()
+                for w in weights:
+                    torch.nn.functional.linear(xs[w.shape[1]], w)
+                ts.append(time.perf_counter() - t0)
+            out[P] = statistics.median(ts[1:])
+    return out, float(sum(w.numel() for w in weights))
+
+
+def fit_overhead(measured: np.ndarray, model: np.ndarray) -> float:
+    """The constant o >= 0 minimising sum ((model + o) / measured - 1)^2."""
+    w = 1.0 / measured**2
+    return max(0.0, float(np.sum((measured - model) * w) / np.sum(w)))
+
+
+def fit_overhead_and_flops(roof, P_list, measured: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """A fitted overhead and achieved FLOP/s (grid over 2% .. 100% of the peak): the smallest worst relative error."""
+    best = None
+    for frac in np.geomspace(0.02, 1.0, 200):
+        b = [roof.breakdown(P) for P in P_list]
+        mod = np.array([max(x["t_memory"], x["flops"] / (frac * roof.hardware.flops)) for x in b])
+        o = fit_overhead(measured, mod)
+        err = np.max(np.abs((mod + o) / measured - 1))
+        if best is None or err < best[0]:
+            best = (err, o, frac * roof.hardware.flops, mod + o)
+    return best[1], best[2], best[3]
+
+
+def run(P_list, context: int, repeats: int) -> dict:
+    load_before = os.getloadavg()[0]
+    src = load_source("smollm2-135m", threads=1)
+    peaks = machine_peaks()
+    roof = cpu_roofline(src, context=context, peaks=peaks)
+    times = verify_times(src, P_list, context=context, repeats=repeats)
+    lin, lin_params = linear_times(src.model, P_list, repeats)
+    meas = np.array([statistics.median(times[P]) for P in P_list])
+    model = np.array([roof.t_verify(P) for P in P_list])
+    o = fit_overhead(meas, model)
+    o2, f2, fit2 = fit_overhead_and_flops(roof, P_list, meas)
+    rows = []
+    for i, P in enumerate(P_list):
+        b = roof.breakdown(P)
+        rows.append({
+            "P": P, "measured_s": meas[i], "min_s": min(times[P]), "max_s": max(times[P]),
+            "roofline_s": model[i], "bound": b["bound"], "ratio": meas[i] / model[i],
+            "ratio_fitted_overhead": meas[i] / (model[i] + o), "ratio_fitted_overhead_flops": meas[i] / fit2[i],
+            "linear_layers_s": lin[P], "linear_layers_flops": 2 * lin_params * (P + 1) / lin[P],
+        })  # fmt: skip
+    return {
+        "model": "smollm2-135m", "params": roof.shape.params, "bytes_per_param": roof.bytes_per_param,
+        "context": context, "repeats": repeats, "peaks": peaks, "ridge_P": roof.ridge_P(),
+        "fitted_overhead_s": o, "fit2_overhead_s": o2, "fit2_flops": f2, "rows": rows,
+        "load_average_1min": [load_before, os.getloadavg()[0]],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }  # fmt: skip
+
+
+def print_table(d: dict, out) -> None:
+    pk = d["peaks"]
+    print(
+        f"smollm2-135m: {d['params']:.4g} params x {d['bytes_per_param']:g} B, context {d['context']}; measured here "
+        f"(1 thread): bandwidth {pk['bandwidth'] / 1e9:.2f} GB/s, {pk['flops'] / 1e9:.1f} GFLOP/s (2048^2 matmul); "
+        f"ridge P = {d['ridge_P']:.1f}; load average {d['load_average_1min'][0]:.1f} .. "
+        f"{d['load_average_1min'][1]:.1f} ({d['date']})",
+        file=out,
+    )
+    print(
+        f"fit A: overhead {1e3 * d['fitted_overhead_s']:.1f} ms; fit B: overhead {1e3 * d['fit2_overhead_s']:.1f} ms "
+        f"and achieved {d['fit2_flops'] / 1e9:.1f} GFLOP/s",
+        file=out,
+    )
+    print(f"{'P':>4} {'measured ms':>11} {'min..max':>13} {'roofline ms':>11} {'bound':>7} {'ratio':>6} "
+          f"{'fit A':>6} {'fit B':>6} {'linear ms':>9} {'GFLOP/s':>7}", file=out)  # fmt: skip
+    for r in d["rows"]:
+        span = f"{1e3 * r['min_s']:.1f}..{1e3 * r['max_s']:.1f}"
+        print(
+            f"{r['P']:>4} {1e3 * r['measured_s']:>11.1f} {span:>13} "
+            f"{1e3 * r['roofline_s']:>11.1f} {r['bound']:>7} {r['ratio']:>6.2f} {r['ratio_fitted_overhead']:>6.2f} "
+            f"{r['ratio_fitted_overhead_flops']:>6.2f} {1e3 * r['linear_layers_s']:>9.1f} "
+            f"{r['linear_layers_flops'] / 1e9:>7.1f}",
+            file=out,
+        )
+    print("ratio = measured / roofline (target 0.8 .. 1.2); fit A: + fitted overhead; fit B: + fitted overhead and "
+          "achieved FLOP/s; linear = the model's weight matrices alone on P + 1 rows", file=out)  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--P", default="0,1,2,4,8,16,32,64,128")
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    d = run([int(x) for x in a.P.split(",")], a.context, a.repeats)
+    print_table(d, sys.stderr if a.json else sys.stdout)
+    if a.json:
+        print(json.dumps(d, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""``brwsim plan``: from tokens per call to tokens per second: the speedup at each budget P and the best P.
+
+``brwsim plan --law SPEC | --model M | --from-json FILE --hardware H [--params N | --target SHAPE] [--json]``
+
+E[X](P) comes from a synthetic law (``--law``, simulated: seconds), a real
+model (``--model``, measured with small budgets: minutes), or a saved
+``brwsim simulate --json`` / ``brwsim llm --json`` output (``--from-json``).
+H is an accelerator preset (h100, h200, a100, l4: the roofline with its
+datasheet numbers), ``custom:bw=B,flops=F[,overhead=S]``, ``csv:FILE`` (rows
+``P,seconds``), ``cpu-measured`` (the real model's tree-verification pass
+timed here) or ``cpu-roofline`` (this machine's measured bandwidth and FLOP/s).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import BrwsimError
+from ..estimate import simulate
+from ..llm.models import load_source
+from ..llm.run import run_llm
+from ..speedup import (
+    MEANING,
+    DraftCost,
+    SpeedupTable,
+    from_llm,
+    from_simulation,
+    parse_custom,
+    preset,
+    read_cost_csv,
+    speedup_table,
+    verify_cost,
+)
+from ._args import P_list
+
+COST_WORD = {"measured": "measured here", "modelled": "modelled", "table": "user table"}
+
+
+def print_plan(tables: list[SpeedupTable], out=None) -> None:
+    out = out or sys.stdout
+    cost = tables[0].cost
+    print(f"t_verify: {COST_WORD.get(cost.kind, cost.kind)} ({cost.label})", file=out)
+    print(MEANING, file=out)
+    print("E[X] and speedup are estimates; +- is the 95% CI of E[X]'s Monte Carlo error carried through", file=out)
+    for t in tables:
+        print(f"\n{t.drafter}: E[X] from {t.source}; draft cost: {t.draft.label}", file=out)
+        spread = any(r.spread for r in t.rows)
+        head = f"{'P':>5} {'E[X]':>8} {'+-95%':>7} {'t_verify ms':>12}" + (f" {'min..max':>15}" if spread else "")
+        print(head + f" {'t_draft ms':>10} {'speedup':>8} {'+-95%':>7}", file=out)
+        for r in t.rows:
+            line = f"{r.P:>5} {r.ex:>8.4f} {r.ex_ci95:>7.4f} {1e3 * r.t_verify:>12.3f}"
+            if spread:
+                s = f"{1e3 * r.spread[0]:.1f}..{1e3 * r.spread[1]:.1f}" if r.spread else "-"
+                line += f" {s:>15}"
+            print(line + f" {1e3 * r.t_draft:>10.3f} {r.speedup:>8.3f} {r.speedup_ci95:>7.3f}", file=out)
+        b = t.best
+        edge = " (the largest P tried: a larger P may do better)" if t.at_edge() else ""
+        near = ", ".join(str(p) for p in t.near_best())
+        print(
+            f"best P = {b.P}{edge}: speedup {b.speedup:.3f} +- {b.speedup_ci95:.3f} (estimate); "
+            f"budgets within the 95% CI of the best: {near}",
+            file=out,
+        )
+
+
+def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
+    p = Path(path).expanduser()
+    try:
+        d = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise BrwsimError(f"--from-json {path!r} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BrwsimError(f"--from-json {path!r} is not JSON ({e}); give a brwsim simulate/llm --json output") from None
+    try:
+        if isinstance(d, dict) and "tasks" in d:
+            cost = verify_cost(args.hardware, P=_Ps(d["tasks"][0]["results"]), **cost_kw)
+            return from_llm(d, cost, task=args.task)
+        if isinstance(d, dict) and "results" in d:
+            cost = verify_cost(args.hardware, P=_Ps(d["results"]), **cost_kw)
+            ex = [(r["P"], r["mean"], r["ci95"]) for r in d["results"]]
+            src = f"{path} ({d.get('law', '?')}, {d.get('trees', '?')} trees)"
+            return [speedup_table(ex, cost, drafter=d.get("drafter", "oracle"), source=src)]
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        if isinstance(e, BrwsimError):
+            raise
+        what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+        msg = f"--from-json {path!r}: cannot read its result rows ({what}); give a brwsim --json output"
+        raise BrwsimError(msg) from None
+    raise BrwsimError(f"--from-json {path!r} is neither a brwsim simulate nor a brwsim llm --json output")
+
+
+def _Ps(rows) -> list[int]:
+    return [int(r["P"]) for r in rows]
+
+
+def _law_tables(args, P, cost) -> list[SpeedupTable]:
+    """The oracle's table (the speed of light) and, with ``--drafter``, the simulated drafter's beside it."""
+    if args.draft_pass_seconds < 0 or args.draft_passes is not None and args.draft_passes < 1:
+        raise BrwsimError("--draft-pass-seconds must be >= 0 and --draft-passes >= 1")
+    kw = dict(P=P, trees=args.trees, seed=args.seed, progress=False)
+    out = [from_simulation(simulate(args.law, **kw), cost)]
+    if args.drafter and args.drafter != "oracle":
+        res = simulate(args.law, drafter=args.drafter, draft_law=args.draft_law, **kw)
+        passes = "P" if args.draft_passes is None else args.draft_passes
+        per = "drafted token" if passes == "P" else f"tree ({passes} passes)"
+        label = f"{args.drafter}: {1e3 * args.draft_pass_seconds:g} ms per pass, one pass per {per}"
+        draft = DraftCost(args.draft_pass_seconds, passes, label, "user" if args.draft_pass_seconds else "none")
+        out.append(from_simulation(res, cost, draft))
+    return out
+
+
+def tables_for(args) -> list[SpeedupTable]:
+    P = P_list(args.P)
+    cost_kw = dict(
+        params=args.params, target=args.target, bytes_per_param=args.bytes_per_param, context=args.context,
+        overhead=args.overhead, repeats=args.repeats, model=args.verifier,
+    )  # fmt: skip
+    if args.hardware is None:
+        raise BrwsimError("give --hardware: h100, h200, a100, l4, cpu-measured, cpu-roofline, csv:FILE or custom:...")
+    if args.from_json:
+        return _from_json(args.from_json, cost_kw, args)
+    if args.law:
+        return _law_tables(args, P, verify_cost(args.hardware, P=P, **cost_kw))  # hardware errors first
+    hw = args.hardware.strip()
+    if hw.startswith("csv:"):  # bad hardware: one line before the slow model load
+        read_cost_csv(hw[4:])
+    elif hw.startswith("custom"):
+        parse_custom(hw)
+    elif hw not in ("cpu-measured", "cpu-roofline"):
+        preset(hw.lower())
+    source = load_source(args.model, threads=1)
+    cost = verify_cost(hw, P=P, source=source, **(cost_kw | {"model": args.model}))
+    d = run_llm(
+        model=args.model, prompts=args.prompts, n=args.n, P=P, walks=args.walks, depth=args.depth,
+        seed=args.seed, trees=args.surrogate_trees, source=source, drafter=args.drafter,
+    )  # fmt: skip
+    return from_llm(d, cost, task=args.task)
+
+
+def _cmd(args) -> int:
+    if sum(x is not None for x in (args.law, args.model, args.from_json)) != 1:
+        raise BrwsimError("give exactly one of --law SPEC, --model M or --from-json FILE")
+    tables = tables_for(args)
+    if args.json:
+        print(json.dumps({"tables": [t.to_dict() for t in tables]}))
+    else:
+        print_plan(tables)
+    return 0
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("plan", help="speedup (tokens per second) at each budget P on given hardware, and the best P")
+    s.add_argument("--law", default=None, help="E[X] from a simulated law SPEC (fast)")
+    s.add_argument("--model", default=None, help="E[X] from a real model run here (smollm2-135m ...; minutes)")
+    s.add_argument("--from-json", default=None, help="E[X] from a saved brwsim simulate/llm --json output")
+    s.add_argument("--hardware", default=None, help="h100, h200, a100, l4, cpu-measured, cpu-roofline, csv:FILE, "
+                   "custom:bw=BYTES_PER_S,flops=FLOP_PER_S[,overhead=S]")  # fmt: skip
+    s.add_argument("--params", type=float, default=None, help="target parameter count for the roofline, e.g. 8e9")
+    s.add_argument("--target", default=None, help="target shape preset for the roofline: llama-1b, llama-8b, llama-70b")
+    s.add_argument("--bytes-per-param", type=float, default=2.0, help="weight bytes per parameter (default 2: bf16)")
+    s.add_argument("--context", type=int, default=512, help="context length L before the tree (default 512)")
+    s.add_argument("--overhead", type=float, default=None, help="fixed seconds per target call (roofline)")
+    s.add_argument("--repeats", type=int, default=5, help="timed repeats per P for cpu-measured (default 5)")
+    s.add_argument("--verifier", default="smollm2-135m", help="model timed by cpu-measured/cpu-roofline with --law")
+    s.add_argument("--P", default="1,2,4,8,16,32,64", help="verifier budgets (default 1,2,4,...,64)")
+    s.add_argument("--trees", type=int, default=1000, help="simulated trees with --law (default 1000)")
+    s.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    d = s.add_argument_group("a drafter beside the oracle")
+    d.add_argument(
+        "--drafter",
+        default=None,
+        help="with --law: topq, eagle, chain, ... (brwsim simulate's); with --model: early-exit:k=K "
+        "(draft cost modelled as k/layers of a decoding step per drafted token)",
+    )
+    d.add_argument("--draft-law", default=None, help="with --law: the drafter's q (brwsim simulate's --draft-law)")
+    d.add_argument("--draft-pass-seconds", type=float, default=0.0, help="with --law: seconds per drafter pass")
+    d.add_argument("--draft-passes", type=int, default=None, help="with --law: passes per tree (default P)")
+    g = s.add_argument_group("--model: the real-model run (brwsim llm's options, small defaults)")
+    g.add_argument("--prompts", default="humaneval", help="humaneval, pydoc or a .jsonl file (default humaneval)")
+    g.add_argument("--n", type=int, default=2, help="prompts per task (default 2)")
+    g.add_argument("--walks", type=int, default=8, help="sampled continuations per prompt (default 8)")
+    g.add_argument("--depth", type=int, default=16, help="tokens per continuation (default 16)")
+    g.add_argument("--surrogate-trees", type=int, default=300, help="i.i.d. surrogate trees (default 300)")
+    g.add_argument("--task", default=None, help="only this task of a real-model result")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    s.set_defaults(func=_cmd)

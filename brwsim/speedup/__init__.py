@@ -1,0 +1,54 @@
+"""From tokens per call to tokens per second: verifier cost models, the speedup and the best budget P.
+
+speedup(P) = (E[X](P) + 1) t_verify(0) / (t_verify(P) + t_draft(P)), with
+E[X] from :func:`brwsim.simulate` or a real-model run, and t_verify from a
+measurement on this machine, a roofline of a named accelerator, or a user's
+table (docs/speedup.md).
+
+- :class:`VerifyCost` (the interface), :class:`TableCost` (measured or a CSV),
+  :class:`RooflineCost`; :class:`DraftCost` (zero for the oracle).
+- :func:`verify_cost`: a ``--hardware`` name -> a cost model.
+- :func:`speedup_table`, :func:`from_simulation`, :func:`from_llm` -> :class:`SpeedupTable` (rows, ``best``).
+"""
+
+from ._costs import ORACLE, DraftCost, RooflineCost, TableCost, VerifyCost, measured_cost, read_cost_csv
+from ._hardware import MODEL_PRESETS, PRESETS, Hardware, ModelShape, model_shape, parse_custom, preset, shape_of_hf
+from ._sources import DEFAULT_P, cpu_roofline, measure_cost, verify_cost
+from ._speedup import (
+    MEANING,
+    SpeedupRow,
+    SpeedupTable,
+    drafter_pass_cost,
+    from_llm,
+    from_simulation,
+    speedup_table,
+)
+
+__all__ = [
+    "DEFAULT_P",
+    "MEANING",
+    "MODEL_PRESETS",
+    "ORACLE",
+    "PRESETS",
+    "DraftCost",
+    "Hardware",
+    "ModelShape",
+    "RooflineCost",
+    "SpeedupRow",
+    "SpeedupTable",
+    "TableCost",
+    "VerifyCost",
+    "cpu_roofline",
+    "drafter_pass_cost",
+    "from_llm",
+    "from_simulation",
+    "measure_cost",
+    "measured_cost",
+    "model_shape",
+    "parse_custom",
+    "preset",
+    "read_cost_csv",
+    "shape_of_hf",
+    "speedup_table",
+    "verify_cost",
+]

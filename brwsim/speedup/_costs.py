@@ -1,0 +1,216 @@
+"""Verifier cost models t_verify(P) and draft cost models t_draft(P) (docs/speedup.md).
+
+Every verifier cost model answers one question, :meth:`VerifyCost.t_verify`:
+the seconds of one target forward pass that verifies a tree of ``P`` draft
+tokens plus the bonus position (``P + 1`` query tokens) after a context of
+``L`` tokens. ``t_verify(0)`` is one plain decoding step, the autoregressive
+baseline. Three sources: a table of measured times (:class:`TableCost`, from
+this machine's real model or from a user's CSV) and the roofline
+(:class:`RooflineCost`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import BrwsimError
+from ._hardware import Hardware, ModelShape
+
+
+class VerifyCost:
+    """The interface: ``t_verify(P)`` seconds per target call; ``kind`` says where the numbers come from."""
+
+    kind = "modelled"
+    label = ""
+
+    def t_verify(self, P: int) -> float:
+        raise NotImplementedError
+
+    def spread(self, P: int) -> tuple[float, float] | None:
+        """(min, max) of the repeated measurements at ``P``, when measured."""
+        return None
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "label": self.label}
+
+
+@dataclasses.dataclass(frozen=True)
+class TableCost(VerifyCost):
+    """Seconds per call at listed budgets (P = 0 required); linear interpolation between them, no extrapolation.
+
+    ``kind`` is ``measured`` (timed here, with the (min, max) ``spreads`` of the
+    repeats) or ``table`` (a user's CSV).
+    """
+
+    points: Mapping[int, float]
+    kind: str = "table"
+    label: str = "user table"
+    spreads: Mapping[int, tuple[float, float]] | None = None
+
+    def __post_init__(self):
+        if 0 not in self.points:
+            raise BrwsimError(f"cost table {self.label!r} has no row for P = 0 (one plain decoding step): add one")
+        bad = [(p, s) for p, s in self.points.items() if not (math.isfinite(s) and s > 0)]
+        if bad:
+            raise BrwsimError(f"cost table {self.label!r}: seconds must be positive numbers, got {bad[0][1]!r}")
+
+    def t_verify(self, P: int) -> float:
+        if P in self.points:
+            return float(self.points[P])
+        Ps = sorted(self.points)
+        if P < Ps[0] or P > Ps[-1]:
+            raise BrwsimError(f"cost table {self.label!r} covers P = {Ps[0]} .. {Ps[-1]}; P = {P} is outside it")
+        hi = next(p for p in Ps if p > P)
+        lo = max(p for p in Ps if p < P)
+        w = (P - lo) / (hi - lo)
+        return float((1 - w) * self.points[lo] + w * self.points[hi])
+
+    def spread(self, P: int):
+        return (self.spreads or {}).get(P)
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, "label": self.label, "points": {str(p): s for p, s in sorted(self.points.items())}}
+        if self.spreads:
+            d["spreads"] = {str(p): list(s) for p, s in sorted(self.spreads.items())}
+        return d
+
+
+def measured_cost(times: Mapping[int, Sequence[float]], label: str) -> TableCost:
+    """A measured :class:`TableCost`: the median of each budget's repeats, with their (min, max)."""
+    pts = {int(P): statistics.median(ts) for P, ts in times.items()}
+    spreads = {int(P): (min(ts), max(ts)) for P, ts in times.items()}
+    return TableCost(pts, kind="measured", label=label, spreads=spreads)
+
+
+def _parse_row(row: list[str], path: str, lineno: int) -> tuple[int, float]:
+    if len(row) != 2:
+        raise BrwsimError(f"{path}:{lineno}: expected two columns 'P,seconds', got {len(row)}: {','.join(row)!r}")
+    try:
+        P, s = float(row[0]), float(row[1])
+    except ValueError:
+        raise BrwsimError(f"{path}:{lineno}: cannot read {','.join(row)!r} as 'P,seconds' (two numbers)") from None
+    if not P.is_integer() or P < 0:
+        raise BrwsimError(f"{path}:{lineno}: P must be an integer >= 0, got {row[0]!r}")
+    if not (math.isfinite(s) and s > 0):
+        raise BrwsimError(f"{path}:{lineno}: seconds must be a positive number, got {row[1]!r}")
+    return int(P), s
+
+
+def read_cost_csv(path: str) -> TableCost:
+    """A user's table of seconds per target call: CSV rows ``P,seconds`` (an optional header line), P increasing
+    from 0."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise BrwsimError(f"cost table {path!r} does not exist (expected a CSV file of rows 'P,seconds')")
+    try:
+        rows = [r for r in csv.reader(p.read_text().splitlines()) if any(c.strip() for c in r)]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise BrwsimError(f"cost table {path!r} is not a readable CSV file: {e}") from None
+    rows = [[c.strip() for c in r] for r in rows]
+    start = 1 if rows and rows[0] and not _numeric(rows[0][0]) else 0  # a header line
+    pts: dict[int, float] = {}
+    last = -1
+    for i, row in enumerate(rows[start:], start + 1):
+        P, s = _parse_row(row, path, i)
+        if P <= last:
+            raise BrwsimError(f"{path}:{i}: the P column must increase strictly, but P = {P} follows P = {last}")
+        pts[P], last = s, P
+    if not pts:
+        raise BrwsimError(f"cost table {path!r} has no rows; expected lines 'P,seconds' starting at P = 0")
+    return TableCost(pts, kind="table", label=f"csv:{path}")
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class RooflineCost(VerifyCost):
+    """t(P) = max(bytes moved / bandwidth, FLOPs / peak) + overhead, for ``P + 1`` query tokens after ``context``.
+
+    Bytes: every weight once (``params x bytes_per_param``) plus the KV cache
+    read and written (``kv values per token x kv_bytes x (context + P + 1)``).
+    FLOPs: ``2 x params`` per token plus the attention's ``4 x layers x
+    attn_dim x context-plus-tree`` per token. Activations are not counted.
+    """
+
+    hardware: Hardware
+    shape: ModelShape
+    bytes_per_param: float = 2.0
+    context: int = 512
+    kv_bytes: float | None = None  # bytes per cached value; default bytes_per_param
+    kind: str = "modelled"
+
+    @property
+    def label(self) -> str:
+        s = f"roofline {self.hardware.name}, {self.shape.name}, {self.bytes_per_param:g} B/param, L={self.context}"
+        return s + ("" if self.shape.layers else "; KV cache and attention not counted (give a --target shape)")
+
+    def breakdown(self, P: int) -> dict:
+        """Bytes, FLOPs, the memory and compute times, and which one binds, at budget ``P``."""
+        n = P + 1
+        kvb = self.bytes_per_param if self.kv_bytes is None else self.kv_bytes
+        nbytes = self.shape.params * self.bytes_per_param + self.shape.kv_values_per_token() * kvb * (self.context + n)
+        flops = 2.0 * self.shape.params * n + 4.0 * self.shape.layers * self.shape.attn_dim * n * (self.context + n)
+        t_mem, t_cmp = nbytes / self.hardware.bandwidth, flops / self.hardware.flops
+        return {
+            "bytes": nbytes,
+            "flops": flops,
+            "t_memory": t_mem,
+            "t_compute": t_cmp,
+            "bound": "memory" if t_mem >= t_cmp else "compute",
+            "overhead": self.hardware.overhead,
+        }
+
+    def t_verify(self, P: int) -> float:
+        b = self.breakdown(P)
+        return max(b["t_memory"], b["t_compute"]) + self.hardware.overhead
+
+    def ridge_P(self) -> float:
+        """The budget where compute time overtakes memory time (weights only): bw-bound below, compute-bound above."""
+        return self.hardware.flops * self.bytes_per_param / (2.0 * self.hardware.bandwidth) - 1.0
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "hardware": self.hardware.to_dict(),
+            "shape": self.shape.to_dict(),
+            "bytes_per_param": self.bytes_per_param,
+            "context": self.context,
+            "kv_bytes": self.bytes_per_param if self.kv_bytes is None else self.kv_bytes,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftCost:
+    """t_draft(P) = passes(P) x ``t_pass``: ``passes`` is ``"P"`` (one drafter pass per drafted token, as a
+    best-first or chain drafter needs) or a fixed number of passes per tree (a drafter that drafts level by level)."""
+
+    t_pass: float = 0.0
+    passes: str | int = "P"
+    label: str = "oracle (no draft cost: the speed of light)"
+    kind: str = "none"
+
+    def n_passes(self, P: int) -> int:
+        if P == 0:
+            return 0
+        return P if self.passes == "P" else int(self.passes)
+
+    def t_draft(self, P: int) -> float:
+        return self.n_passes(P) * self.t_pass
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+ORACLE = DraftCost()

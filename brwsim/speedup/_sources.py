@@ -1,0 +1,76 @@
+"""``--hardware`` names -> verifier cost models: presets, ``custom:``, ``csv:FILE``, ``cpu-measured``, ``cpu-roofline``.
+
+``cpu-measured`` times the real model's tree-verification pass here
+(:func:`brwsim.llm.timing.verify_times`); ``cpu-roofline`` measures this
+machine's bandwidth and FLOP/s (:func:`brwsim.llm.timing.machine_peaks`) and
+feeds them to the roofline with the real model's own shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import BrwsimError, check_positive_int
+from ..llm.models import load_source
+from ..llm.timing import machine_peaks, verify_times
+from ._costs import RooflineCost, VerifyCost, measured_cost, read_cost_csv
+from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
+
+DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
+MEASURED = ("cpu-measured", "cpu-roofline")
+
+
+def measure_cost(source, P_list, context: int = 256, repeats: int = 5) -> VerifyCost:
+    """The measured t_verify of a loaded real model at each budget (and P = 0) on this machine."""
+    times = verify_times(source, P_list, context=context, repeats=repeats)
+    return measured_cost(times, f"measured: {getattr(source, 'name', 'model')}, L={context}, {repeats} repeats")
+
+
+def cpu_roofline(source, context: int = 256, overhead: float = 0.0, peaks: dict | None = None) -> RooflineCost:
+    """The roofline of a loaded real model with this machine's measured bandwidth and FLOP/s."""
+    peaks = peaks or machine_peaks()
+    hw = Hardware("this machine", peaks["bandwidth"], peaks["flops"], overhead, f"measured here: {peaks}")
+    bpp = float(next(source.model.parameters()).element_size())
+    return RooflineCost(hw, shape_of_hf(source.model, getattr(source, "name", "model")), bpp, context)
+
+
+def verify_cost(
+    hardware: str,
+    *,
+    P=DEFAULT_P,
+    params: float | None = None,
+    target: str | None = None,
+    bytes_per_param: float = 2.0,
+    context: int = 512,
+    overhead: float | None = None,
+    source=None,
+    model: str = "smollm2-135m",
+    repeats: int = 5,
+) -> VerifyCost:
+    """A verifier cost model from a ``--hardware`` name (see the module docstring).
+
+    Roofline presets take the target's size from ``target`` (a shape preset)
+    and/or ``params``, else from the loaded real model ``source``.
+    """
+    if not isinstance(hardware, str) or not hardware.strip():
+        raise BrwsimError("--hardware is empty; use h100, h200, a100, l4, cpu-measured, csv:FILE or custom:...")
+    hardware = hardware.strip()
+    context, repeats = check_positive_int("--context", context), check_positive_int("--repeats", repeats)
+    if not bytes_per_param > 0 or (overhead is not None and not overhead >= 0):
+        raise BrwsimError(f"--bytes-per-param must be > 0 and --overhead >= 0; got {bytes_per_param}, {overhead}")
+    if hardware.startswith("csv:"):
+        return read_cost_csv(hardware[4:])
+    if hardware in MEASURED:
+        if source is None:
+            source = load_source(model, threads=1)
+        if hardware == "cpu-measured":
+            return measure_cost(source, P, context=context, repeats=repeats)
+        return cpu_roofline(source, context=context, overhead=overhead or 0.0)
+    hw = parse_custom(hardware) if hardware.startswith("custom") else preset(hardware.lower())
+    if overhead is not None:
+        hw = dataclasses.replace(hw, overhead=float(overhead))
+    if target is None and params is None and source is not None and hasattr(source, "model"):
+        shape = shape_of_hf(source.model, getattr(source, "name", "model"))
+    else:
+        shape = model_shape(target, params)
+    return RooflineCost(hw, shape, float(bytes_per_param), int(context))

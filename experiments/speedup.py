@@ -1,0 +1,221 @@
+"""Speed-of-light speedup against the budget P: the shipped model's real token trees on this CPU and on an H100.
+
+speedup(P) = (E[X](P) + 1) t_verify(0) / (t_verify(P) + t_draft(P)): tokens
+per second with speculation over tokens per second of plain decoding
+(brwsim.speedup, docs/speedup.md). E[X](P) is the real oracle tree's of
+SmolLM2-135M-Instruct on HumanEval (code) and pydoc (prose) prompts, read from
+the real-model experiment's rows (the full run's when they exist, else this
+mode's, else the committed ones); its 95% CI is carried into the speedup. (a) t_verify measured here:
+the shipped model's one-pass tree verification on this CPU (fp32, one torch
+thread, context 256, median of repeats); the early-exit drafter of the
+real-drafter experiment beside the oracle, its best exit layer k, with a draft
+cost modelled from its size (k/30 of a decoding step per drafted token).
+(b) t_verify from the roofline of an H100 SXM (datasheet 3.35 TB/s, 989
+TFLOP/s dense BF16; context 512, no fixed overhead) for Llama-shaped 1B and
+8B targets in bf16 and a 70B target with weight-only 8-bit weights (bf16
+would not fit one 80 GB H100): a what-if on the cost side only, the curves
+reuse the 135M model's E[X], extrapolated past its largest measured budget
+along its slope in ln P (a prediction; dotted). The best P of each curve is
+marked.
+Writes results/speedup.{csv,jsonl}, results/speedup_cpu_cost.csv and
+figures/speedup.{png,pdf}. ``--quick``: fewer budgets and repeats for the CPU
+timing (seconds).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+
+import brwsim
+from brwsim.errors import BrwsimError
+from brwsim.speedup import TableCost, drafter_pass_cost, measured_cost, speedup_table, verify_cost
+from experiments import common
+
+NAME = "speedup"
+MODEL = "smollm2-135m"
+LAYERS = 30
+GPU = "h100"
+# (shape, weight bytes per parameter): 70B in bf16 (141 GB) does not fit one 80 GB H100; weight-only 8-bit does
+TARGETS = (("llama-1b", 2.0), ("llama-8b", 2.0), ("llama-70b", 1.0))
+COMMITTED = Path(__file__).resolve().parents[1] / "results"
+GPU_P_MAX = 4096  # E[X] past the measured budgets: extrapolated (a prediction), dotted in the figure
+
+
+def settings(quick: bool, seed: int) -> dict:
+    if quick:
+        return dict(P=[1, 2, 4, 8, 16], context=256, repeats=3, seed=seed)
+    return dict(P=[1, 2, 4, 8, 16, 32, 64, 128], context=256, repeats=7, seed=seed)
+
+
+def _read(name: str) -> list[dict]:
+    """Rows another experiment wrote: the full run's when present, else this mode's (quick) ones, else the rows
+    committed with the repository."""
+    results, _ = common.out_dirs()
+    full = results.parent if results.name == "quick" else results
+    for path in dict.fromkeys([full / f"{name}.jsonl", results / f"{name}.jsonl", COMMITTED / f"{name}.jsonl"]):
+        if path.exists():
+            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return []
+
+
+def cpu_cost(params: dict, P_list: list[int]) -> TableCost:
+    """The measured t_verify of the shipped model on this CPU (cached per machine)."""
+
+    def compute():
+        from brwsim.llm.models import load_source
+        from brwsim.llm.timing import verify_times
+
+        src = load_source(MODEL, threads=1)
+        times = verify_times(src, P_list, context=params["context"], repeats=params["repeats"], seed=params["seed"])
+        return [{"P": P, "times": ts} for P, ts in sorted(times.items())]
+
+    key = {"what": "cpu_cost", "P": P_list, "machine": platform.machine(), "node": platform.node()}
+    key |= {k: params[k] for k in ("context", "repeats", "seed")} | {"version": brwsim.__version__}
+    rows = common.cached(NAME, key, compute)
+    return measured_cost({r["P"]: r["times"] for r in rows}, f"measured here: {MODEL}, fp32, 1 thread")
+
+
+def _ex(rows: list[dict], label: str, stat: str, k=None, P_max: int = 10**9) -> list[tuple]:
+    return sorted(
+        (r["P"], r["mean"], r["ci95"])
+        for r in rows
+        if r["law"] == label and r["statistic"] == stat and r.get("k") == k and r["P"] and r["P"] <= P_max
+    )
+
+
+def extrapolate(ex: list[tuple], P_to: int) -> list[tuple]:
+    """E[X] past the largest measured budget, doubling P up to ``P_to``, along the slope in ln P of the last two
+    measured points (a prediction: E[X] grows like ln P / mu at large P, docs/theory.md); the CI of the last
+    measured point is carried, not widened."""
+    (P1, m1, _), (P2, m2, c2) = ex[-2], ex[-1]
+    slope = (m2 - m1) / math.log(P2 / P1)
+    out, P = list(ex), 2 * P2
+    while P <= P_to:
+        out.append((P, m2 + slope * math.log(P / P2), c2))
+        P *= 2
+    return out
+
+
+def tables(params: dict) -> list[tuple[str, str, object, int]]:
+    """(panel, curve label, SpeedupTable, largest measured P) of every curve."""
+    real = _read("real_model")
+    if not real:
+        raise BrwsimError("experiments.speedup needs the real-model rows: run python -m experiments.real_model first")
+    labels = list(dict.fromkeys(r["law"] for r in real if r["statistic"] == "oracle"))
+    P_max = max(params["P"])
+    cpu = cpu_cost(params, params["P"])
+    out = []
+    for label in labels:
+        task = label.split("/")[-1]
+        out.append(("cpu", f"oracle, {task}", speedup_table(_ex(real, label, "oracle", P_max=P_max), cpu), P_max))
+        drafted = _best_drafter(_read("real_drafter"), label, cpu, P_max)
+        if drafted:
+            out.append(("cpu", f"{drafted.drafter} (early exit), {task}", drafted, P_max))
+        ex = _ex(real, label, "oracle")
+        for target, bpp in TARGETS:
+            gpu = verify_cost(GPU, target=target, bytes_per_param=bpp, context=512)
+            name = f"{target} ({8 * bpp:.0f}-bit weights), {task}"
+            out.append((GPU, name, speedup_table(extrapolate(ex, GPU_P_MAX), gpu), ex[-1][0]))
+    return out
+
+
+def _best_drafter(rows: list[dict], label: str, cost, P_max: int):
+    """The early-exit drafter's top-P-by-Q table at the exit layer k (k < all layers) with the largest speedup at
+    some P >= 1, or None."""
+    best, top = None, -math.inf
+    for k in sorted({r["k"] for r in rows if r["law"] == label and r["statistic"] == "topq"} - {None, LAYERS}):
+        ex = _ex(rows, label, "topq", k, P_max)
+        if ex:
+            t = speedup_table(ex, cost, drafter_pass_cost(cost, k, LAYERS), drafter=f"top-P-by-Q k={k}")
+            s = max(r.speedup for r in t.rows[1:])
+            best, top = (t, s) if s > top else (best, top)
+    return best
+
+
+def _colour(name: str) -> str:
+    """One colour per drafter (panel a) or target size (panel b); the task is the line style."""
+    keys = ["oracle", "early exit", *(t for t, _ in TARGETS)]
+    return common.PALETTE[next(i for i, k in enumerate(keys) if k in name) % len(common.PALETTE)]
+
+
+def figure(curves):
+    plt = common.setup_matplotlib()
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    titles = {"cpu": "(a) this CPU, measured t_verify (SmolLM2-135M, fp32, 1 thread)",
+              GPU: "(b) H100 roofline (L=512), E[X] of the 135M model; dotted: E[X] extrapolated"}  # fmt: skip
+    for ax, panel in zip(axes, ("cpu", GPU), strict=True):
+        for _, name, t, P_meas in (c for c in curves if c[0] == panel):
+            rows = t.rows[1:]
+            P = [r.P for r in rows]
+            s = [r.speedup for r in rows]
+            ci = [r.speedup_ci95 for r in rows]
+            col = _colour(name)
+            n = sum(p <= P_meas for p in P)
+            ax.plot(P[:n], s[:n], "--" if "pydoc" in name else "-", marker="o", ms=3, color=col, label=name)
+            ax.plot(P[n - 1 :], s[n - 1 :], ":", color=col, lw=1.2)
+            ax.fill_between(P, [a - b for a, b in zip(s, ci, strict=True)], [a + b for a, b in zip(s, ci, strict=True)],
+                            color=col, alpha=0.15)  # fmt: skip
+            b = t.best
+            ax.plot([b.P], [b.speedup], "*", ms=13, color=col, mec="k", zorder=6)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        if panel == GPU:
+            ax.text(0.02, 0.97, "1B and 8B coincide: the same bytes per FLOP, memory-bound up to P ~ 300",
+                    transform=ax.transAxes, fontsize=7, va="top")  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_title(titles[panel], fontsize=9)
+        ax.set_xlabel("verifier budget P (draft tokens per call)")
+        ax.set_ylabel("speedup over plain decoding (estimate, 95% band)")
+        ax.legend(fontsize=7, loc="lower left" if panel == "cpu" else "lower center")
+    fig.suptitle(
+        "Speedup at the speed of light (oracle tree, no draft cost), an early-exit drafter beside it (a); "
+        "stars: the best P; solid: code, dashed: prose",
+        fontsize=10,
+    )
+    return fig
+
+
+def write_cpu_cost(cost) -> Path:
+    results, _ = common.out_dirs()
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"{NAME}_cpu_cost.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["P", "seconds_median", "seconds_min", "seconds_max"])
+        for P in sorted(cost.points):
+            w.writerow([P, cost.points[P], *cost.spread(P)])
+    return path
+
+
+def main(argv=None) -> dict:
+    args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
+    params = settings(args.quick, args.seed)
+    curves = tables(params)
+    rows, lines = [], []
+    for panel, name, t, P_meas in curves:
+        for r in t.rows:
+            extra = dict(panel=panel, cost=t.cost.kind, t_verify=r.t_verify, t_draft=r.t_draft, ex=r.ex)
+            extra["ex_source"] = "measured" if r.P <= P_meas else "extrapolated (prediction)"
+            rows.append(common.row(name, r.P, "speedup", r.speedup, r.speedup_ci95, 0, params["seed"], **extra))
+        b = t.best
+        edge = " (largest P tried)" if t.at_edge() else (" (E[X] extrapolated there)" if b.P > P_meas else "")
+        lines.append(
+            f"{panel} {name}: best P = {b.P}{edge}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} (estimate)"
+        )
+    common.write_rows(NAME, rows)
+    cost = next(c[2].cost for c in curves if c[0] == "cpu")
+    write_cpu_cost(cost)
+    ms = ", ".join(f"P={P} {1e3 * s:.0f}" for P, s in sorted(cost.points.items()))
+    lines.append(f"measured t_verify here (ms, median of {params['repeats']}): {ms}")
+    png = common.save_figure(figure(curves), NAME)
+    return {"name": NAME, "figures": [png], "rows": len(rows), "summary": lines}
+
+
+if __name__ == "__main__":
+    info = main(sys.argv[1:])
+    print("\n".join(info["summary"]))
+    print(f"wrote {info['figures'][0]}")
