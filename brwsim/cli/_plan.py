@@ -8,7 +8,8 @@ model (``--model``, measured with small budgets: minutes), or a saved
 H is an accelerator preset (h100, h200, a100, l4: the roofline with its
 datasheet numbers), ``custom:bw=B,flops=F[,overhead=S]``, ``csv:FILE`` (rows
 ``P,seconds``), ``cpu-measured`` (the real model's tree-verification pass
-timed here) or ``cpu-roofline`` (this machine's measured bandwidth and FLOP/s).
+timed here) or ``cpu-roofline`` (this machine's measured bandwidth and FLOP/s) or
+``cpu-achieved`` (the roofline with this machine's measured kernel FLOP/s per matrix shape).
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ def tables_for(args) -> list[SpeedupTable]:
         overhead=args.overhead, repeats=args.repeats, model=args.verifier,
     )  # fmt: skip
     if args.hardware is None:
-        raise BrwsimError("give --hardware: h100, h200, a100, l4, cpu-measured, cpu-roofline, csv:FILE or custom:...")
+        raise BrwsimError(
+            "give --hardware: h100, h200, a100, l4, cpu-measured, cpu-roofline, cpu-achieved, csv:FILE or custom:..."
+        )
     if args.from_json:
         return _from_json(args.from_json, cost_kw, args)
     if args.law:
@@ -128,7 +131,7 @@ def tables_for(args) -> list[SpeedupTable]:
         read_cost_csv(hw[4:])
     elif hw.startswith("custom"):
         parse_custom(hw)
-    elif hw not in ("cpu-measured", "cpu-roofline"):
+    elif hw not in ("cpu-measured", "cpu-roofline", "cpu-achieved"):
         preset(hw.lower())
     source = load_source(args.model, threads=1)
     cost = verify_cost(hw, P=P, source=source, **(cost_kw | {"model": args.model}))
@@ -155,7 +158,8 @@ def add_parser(sub) -> None:
     s.add_argument("--law", default=None, help="E[X] from a simulated law SPEC (fast)")
     s.add_argument("--model", default=None, help="E[X] from a real model run here (smollm2-135m ...; minutes)")
     s.add_argument("--from-json", default=None, help="E[X] from a saved brwsim simulate/llm --json output")
-    s.add_argument("--hardware", default=None, help="h100, h200, a100, l4, cpu-measured, cpu-roofline, csv:FILE, "
+    s.add_argument("--hardware", default=None, help="h100, h200, a100, l4, cpu-measured, cpu-roofline, "
+                   "cpu-achieved, csv:FILE, "
                    "custom:bw=BYTES_PER_S,flops=FLOP_PER_S[,overhead=S]")  # fmt: skip
     s.add_argument("--params", type=float, default=None, help="target parameter count for the roofline, e.g. 8e9")
     s.add_argument("--target", default=None, help="target shape preset for the roofline: llama-1b, llama-8b, llama-70b")
@@ -163,7 +167,9 @@ def add_parser(sub) -> None:
     s.add_argument("--context", type=int, default=512, help="context length L before the tree (default 512)")
     s.add_argument("--overhead", type=float, default=None, help="fixed seconds per target call (roofline)")
     s.add_argument("--repeats", type=int, default=5, help="timed repeats per P for cpu-measured (default 5)")
-    s.add_argument("--verifier", default="smollm2-135m", help="model timed by cpu-measured/cpu-roofline with --law")
+    s.add_argument(
+        "--verifier", default="smollm2-135m", help="model timed by cpu-measured/-roofline/-achieved with --law"
+    )
     s.add_argument("--P", default="1,2,4,8,16,32,64", help="verifier budgets (default 1,2,4,...,64)")
     s.add_argument("--trees", type=int, default=1000, help="simulated trees with --law (default 1000)")
     s.add_argument("--seed", type=int, default=0, help="seed (default 0)")

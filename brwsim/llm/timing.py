@@ -13,6 +13,7 @@ FLOP/s (a large float32 matrix product) with the same torch threads.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -102,3 +103,86 @@ def machine_peaks(copy_mb: int = 512, matmul_n: int = 2048, repeats: int = 5) ->
         "copy_mb": copy_mb,
         "matmul_n": matmul_n,
     }
+
+
+def linear_shapes(model) -> list[tuple[int, int, int]]:
+    """The model's weight matrices as ``(d_in, d_out, count)``, one row per distinct shape (the LM head included)."""
+    torch = _torch()
+    counts: dict[tuple[int, int], int] = {}
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            key = (int(m.in_features), int(m.out_features))
+            counts[key] = counts.get(key, 0) + 1
+    return [(i, o, c) for (i, o), c in sorted(counts.items())]
+
+
+def _time_call(fn, min_s: float) -> float:
+    """Seconds per call of ``fn``, run back to back until ``min_s`` has passed (at least twice)."""
+    fn()
+    k, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        k += 1
+        dt = time.perf_counter() - t0
+        if k >= 2 and dt >= min_s:
+            return dt / k
+
+
+def gemm_throughput(shapes, rows, repeats: int = 3, min_s: float = 0.005, seed: int = 0) -> dict:
+    """Achieved FLOP/s of ``x @ W.T`` (``torch.nn.functional.linear``, the verification pass's kernel) for each
+    ``(d_in, d_out)`` of ``shapes`` and each row count ``n`` of ``rows``: ``2 n d_in d_out`` / seconds, median of
+    ``repeats`` rounds. The same matrix is applied back to back, so a matrix that fits the cache is read from it:
+    this is the kernel's compute throughput at that shape, not the memory bandwidth."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed)
+    out: dict[tuple[int, int], dict[int, list[float]]] = {}
+    with torch.inference_mode():
+        for _ in range(repeats):  # rounds over every shape and n: load from other processes hits all alike
+            for d_in, d_out, *_ in shapes:
+                w = torch.randn(d_out, d_in, generator=g)
+                for n in rows:
+                    x = torch.randn(n, d_in, generator=g)
+                    t = _time_call(functools.partial(torch.nn.functional.linear, x, w), min_s)
+                    out.setdefault((d_in, d_out), {}).setdefault(n, []).append(2.0 * n * d_in * d_out / t)
+    return {k: {n: float(np.median(v)) for n, v in d.items()} for k, d in out.items()}
+
+
+def attention_throughput(
+    heads: int, head_dim: int, context: int, rows, repeats: int = 3, min_s: float = 0.005, seed: int = 0
+) -> dict[int, float]:
+    """Achieved FLOP/s of one layer's masked attention (``scaled_dot_product_attention`` with a float mask, as the
+    tree pass calls it) for ``n`` query rows against ``context + n`` keys: ``4 heads head_dim n (context + n)`` /
+    seconds, median of ``repeats`` rounds, per ``n`` of ``rows``."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed)
+    out: dict[int, list[float]] = {n: [] for n in rows}
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for n in rows:
+                q = torch.randn(1, heads, n, head_dim, generator=g)
+                k = torch.randn(1, heads, context + n, head_dim, generator=g)
+                v = torch.randn(1, heads, context + n, head_dim, generator=g)
+                mask = torch.zeros(1, 1, n, context + n)
+                f = functools.partial(torch.nn.functional.scaled_dot_product_attention, q, k, v, attn_mask=mask)
+                t = _time_call(f, min_s)
+                out[n].append(4.0 * heads * head_dim * n * (context + n) / t)
+    return {n: float(np.median(v)) for n, v in out.items()}
+
+
+class stubbed_kernels:
+    """Within this context ``torch.nn.functional.linear`` and ``scaled_dot_product_attention`` return zeros of the
+    right shape at no cost: a forward pass then times everything but the weight matrices and attention (framework
+    dispatch, norms, activations, rotary embedding, cache update, mask handling)."""
+
+    def __enter__(self):
+        torch = _torch()
+        F = torch.nn.functional
+        self._saved = (F.linear, F.scaled_dot_product_attention)
+        F.linear = lambda x, w, b=None: x.new_zeros(*x.shape[:-1], w.shape[0])
+        F.scaled_dot_product_attention = lambda q, k, v, *a, **kw: q.new_zeros(*q.shape[:-1], v.shape[-1])
+        return self
+
+    def __exit__(self, *exc):
+        F = _torch().nn.functional
+        F.linear, F.scaled_dot_product_attention = self._saved
+        return False

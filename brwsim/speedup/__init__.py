@@ -6,14 +6,24 @@ measurement on this machine, a roofline of a named accelerator, or a user's
 table (docs/speedup.md).
 
 - :class:`VerifyCost` (the interface), :class:`TableCost` (measured or a CSV),
-  :class:`RooflineCost`; :class:`DraftCost` (zero for the oracle).
+  :class:`RooflineCost`, :class:`AchievedRooflineCost` (this CPU's measured kernel FLOP/s per shape);
+  :class:`DraftCost` (zero for the oracle).
 - :func:`verify_cost`: a ``--hardware`` name -> a cost model.
 - :func:`speedup_table`, :func:`from_simulation`, :func:`from_llm` -> :class:`SpeedupTable` (rows, ``best``).
 """
 
-from ._costs import ORACLE, DraftCost, RooflineCost, TableCost, VerifyCost, measured_cost, read_cost_csv
+from ._costs import (
+    ORACLE,
+    AchievedRooflineCost,
+    DraftCost,
+    RooflineCost,
+    TableCost,
+    VerifyCost,
+    measured_cost,
+    read_cost_csv,
+)
 from ._hardware import MODEL_PRESETS, PRESETS, Hardware, ModelShape, model_shape, parse_custom, preset, shape_of_hf
-from ._sources import DEFAULT_P, cpu_roofline, measure_cost, verify_cost
+from ._sources import DEFAULT_P, cpu_achieved, cpu_roofline, measure_cost, verify_cost
 from ._speedup import (
     MEANING,
     SpeedupRow,
@@ -29,6 +39,7 @@ __all__ = [
     "MEANING",
     "MODEL_PRESETS",
     "ORACLE",
+    "AchievedRooflineCost",
     "PRESETS",
     "DraftCost",
     "Hardware",
@@ -38,6 +49,7 @@ __all__ = [
     "SpeedupTable",
     "TableCost",
     "VerifyCost",
+    "cpu_achieved",
     "cpu_roofline",
     "drafter_pass_cost",
     "from_llm",

@@ -191,6 +191,84 @@ class RooflineCost(VerifyCost):
         }
 
 
+def _interp(table: Mapping[int, float], n: int, what: str) -> float:
+    """``table[n]``, linearly interpolated between the measured row counts; no extrapolation."""
+    if n in table:
+        return float(table[n])
+    ns = sorted(table)
+    if not ns or n < ns[0] or n > ns[-1]:
+        raise BrwsimError(f"{what} was measured for {ns[0]} .. {ns[-1]} rows; {n} rows is outside: measure it")
+    hi = next(m for m in ns if m > n)
+    lo = max(m for m in ns if m < n)
+    w = (n - lo) / (hi - lo)
+    return float((1 - w) * table[lo] + w * table[hi])
+
+
+@dataclasses.dataclass(frozen=True)
+class AchievedRooflineCost(VerifyCost):
+    """The achieved roofline: a roofline per operation with this machine's measured kernel throughput at each shape.
+
+    For ``n = P + 1`` query rows, every weight matrix ``(d_in, d_out, count)`` of ``gemms`` costs
+    ``max(d_in d_out bytes_per_param / bandwidth, 2 n d_in d_out / gemm_flops[(d_in, d_out)][n])``; the attention
+    of all layers costs ``max(KV cache bytes / bandwidth, 4 layers attn_dim n (context + n) / attn_flops[n])``;
+    the rest of the pass (framework, norms, activations) costs ``overhead + per_token n``. Bytes and FLOPs come
+    from the model's shape, as in :class:`RooflineCost`; the FLOP/s is not a peak but what the kernel reaches at
+    that shape (measured: :func:`brwsim.llm.timing.gemm_throughput`, ``attention_throughput``), linearly
+    interpolated between measured row counts.
+    """
+
+    hardware: Hardware
+    shape: ModelShape
+    gemms: tuple[tuple[int, int, int], ...]
+    gemm_flops: Mapping[tuple[int, int], Mapping[int, float]]
+    attn_flops: Mapping[int, float]
+    bytes_per_param: float = 4.0
+    context: int = 256
+    per_token: float = 0.0
+    kind: str = "modelled"
+
+    @property
+    def label(self) -> str:
+        return (
+            f"achieved roofline {self.hardware.name}, {self.shape.name}, {self.bytes_per_param:g} B/param, "
+            f"L={self.context} (measured kernel FLOP/s per shape, not the peak)"
+        )
+
+    def breakdown(self, P: int) -> dict:
+        """Seconds of the weight matrices, the attention and the rest, at budget ``P``."""
+        n, bw, bpp = P + 1, self.hardware.bandwidth, self.bytes_per_param
+        t_gemm = 0.0
+        for d_in, d_out, count in self.gemms:
+            f = _interp(self.gemm_flops[(d_in, d_out)], n, f"the {d_in}x{d_out} matrix product")
+            t_gemm += count * max(d_in * d_out * bpp / bw, 2.0 * n * d_in * d_out / f)
+        s = self.shape
+        kv_bytes = s.kv_values_per_token() * bpp * (self.context + n)
+        attn_fl = 4.0 * s.layers * s.attn_dim * n * (self.context + n)
+        t_attn = max(kv_bytes / bw, attn_fl / _interp(self.attn_flops, n, "the attention"))
+        t_rest = self.hardware.overhead + self.per_token * n
+        return {"t_gemm": t_gemm, "t_attention": t_attn, "t_rest": t_rest}
+
+    def t_verify(self, P: int) -> float:
+        b = self.breakdown(P)
+        return b["t_gemm"] + b["t_attention"] + b["t_rest"]
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "hardware": self.hardware.to_dict(),
+            "shape": self.shape.to_dict(),
+            "gemms": [list(g) for g in self.gemms],
+            "gemm_flops": {
+                f"{i}x{o}": {str(n): v for n, v in sorted(t.items())} for (i, o), t in self.gemm_flops.items()
+            },
+            "attn_flops": {str(n): v for n, v in sorted(self.attn_flops.items())},
+            "bytes_per_param": self.bytes_per_param,
+            "context": self.context,
+            "per_token": self.per_token,
+        }
+
+
 @dataclasses.dataclass(frozen=True)
 class DraftCost:
     """t_draft(P) = passes(P) x ``t_pass``: ``passes`` is ``"P"`` (one drafter pass per drafted token, as a

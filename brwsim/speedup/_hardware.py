@@ -59,8 +59,8 @@ def parse_custom(text: str) -> Hardware:
 def preset(name: str) -> Hardware:
     if name not in PRESETS:
         raise BrwsimError(
-            f"unknown hardware {name!r}; use one of {', '.join(PRESETS)}, cpu-measured, cpu-roofline, csv:FILE "
-            "or custom:bw=BYTES_PER_S,flops=FLOP_PER_S"
+            f"unknown hardware {name!r}; use one of {', '.join(PRESETS)}, cpu-measured, cpu-roofline, cpu-achieved, "
+            "csv:FILE or custom:bw=BYTES_PER_S,flops=FLOP_PER_S"
         )
     return PRESETS[name]
 

@@ -3,21 +3,34 @@
 ``cpu-measured`` times the real model's tree-verification pass here
 (:func:`brwsim.llm.timing.verify_times`); ``cpu-roofline`` measures this
 machine's bandwidth and FLOP/s (:func:`brwsim.llm.timing.machine_peaks`) and
-feeds them to the roofline with the real model's own shape.
+feeds them to the roofline with the real model's own shape; ``cpu-achieved`` is
+the achieved roofline (:func:`cpu_achieved`): the same bytes and FLOPs, but
+each matrix product at the FLOP/s this machine's kernel reaches at that shape
+and row count, plus the measured rest of the pass.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
+
+import numpy as np
 
 from ..errors import BrwsimError, check_positive_int
 from ..llm.models import load_source
-from ..llm.timing import machine_peaks, verify_times
-from ._costs import RooflineCost, VerifyCost, measured_cost, read_cost_csv
+from ..llm.timing import (
+    attention_throughput,
+    gemm_throughput,
+    linear_shapes,
+    machine_peaks,
+    stubbed_kernels,
+    verify_times,
+)
+from ._costs import AchievedRooflineCost, RooflineCost, VerifyCost, measured_cost, read_cost_csv
 from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
-MEASURED = ("cpu-measured", "cpu-roofline")
+MEASURED = ("cpu-measured", "cpu-roofline", "cpu-achieved")
 
 
 def measure_cost(source, P_list, context: int = 256, repeats: int = 5) -> VerifyCost:
@@ -32,6 +45,36 @@ def cpu_roofline(source, context: int = 256, overhead: float = 0.0, peaks: dict 
     hw = Hardware("this machine", peaks["bandwidth"], peaks["flops"], overhead, f"measured here: {peaks}")
     bpp = float(next(source.model.parameters()).element_size())
     return RooflineCost(hw, shape_of_hf(source.model, getattr(source, "name", "model")), bpp, context)
+
+
+def rest_of_pass(source, P_list, context: int = 256, repeats: int = 3) -> tuple[float, float, dict]:
+    """The pass without its matrix products and attention (:class:`brwsim.llm.timing.stubbed_kernels`), timed at
+    each P: the least-squares line ``overhead + per_token (P + 1)`` through the medians, and the medians."""
+    with stubbed_kernels():
+        times = verify_times(source, P_list, context=context, repeats=repeats)
+    med = {P: statistics.median(ts) for P, ts in times.items()}
+    n = np.array([P + 1 for P in med], dtype=float)
+    t = np.array(list(med.values()))
+    slope, icpt = np.polyfit(n, t, 1) if len(n) > 1 else (0.0, t[0])
+    return max(0.0, float(icpt)), max(0.0, float(slope)), med
+
+
+def cpu_achieved(source, P_list, context: int = 256, repeats: int = 3, peaks: dict | None = None):
+    """The achieved roofline (:class:`AchievedRooflineCost`) of a loaded real model on this machine: the copy
+    bandwidth, each weight shape's and the attention's achieved FLOP/s at ``P + 1`` rows for every P of ``P_list``
+    (and 0), and the rest of the pass (:func:`rest_of_pass`), all measured here."""
+    peaks = peaks or machine_peaks()
+    Ps = sorted({0, *(int(P) for P in P_list)})
+    rows = [P + 1 for P in Ps]
+    shape = shape_of_hf(source.model, getattr(source, "name", "model"))
+    gemms = tuple(linear_shapes(source.model))
+    gf = gemm_throughput(gemms, rows, repeats=repeats)
+    heads = shape.attn_dim // shape.head_dim
+    af = attention_throughput(heads, shape.head_dim, context, rows, repeats=repeats)
+    over, per_tok, _ = rest_of_pass(source, Ps, context=context, repeats=repeats)
+    hw = Hardware("this machine", peaks["bandwidth"], peaks["flops"], over, f"measured here: {peaks}")
+    bpp = float(next(source.model.parameters()).element_size())
+    return AchievedRooflineCost(hw, shape, gemms, gf, af, bpp, context, per_tok)
 
 
 def verify_cost(
@@ -65,6 +108,8 @@ def verify_cost(
             source = load_source(model, threads=1)
         if hardware == "cpu-measured":
             return measure_cost(source, P, context=context, repeats=repeats)
+        if hardware == "cpu-achieved":
+            return cpu_achieved(source, P, context=context, repeats=repeats)
         return cpu_roofline(source, context=context, overhead=overhead or 0.0)
     hw = parse_custom(hardware) if hardware.startswith("custom") else preset(hardware.lower())
     if overhead is not None:
