@@ -3,6 +3,7 @@ the roofline arithmetic, the cost tables and their one-line errors, the timed tr
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import math
@@ -15,6 +16,7 @@ from brwsim.cli import main
 from brwsim.errors import BrwsimError
 from brwsim.speedup import (
     PRESETS,
+    AchievedRooflineCost,
     DraftCost,
     Hardware,
     ModelShape,
@@ -198,6 +200,50 @@ def test_cli_plan_json(tmp_path, capsys):
     assert main(["plan", "--law", LAW, "--hardware", "tpu9", "--params", "8e9"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown hardware 'tpu9'" in err
+
+
+def test_achieved_roofline_arithmetic_by_hand():
+    hw = Hardware("toy", bandwidth=1e9, flops=1e12, overhead=2e-3)
+    shape = ModelShape("toy", params=0.0, layers=2, kv_heads=1, head_dim=4, attn_dim=8)
+    # one 100 x 200 matrix used 3 times, 4 bytes per weight: 80,000 bytes each = 80 us at 1 GB/s
+    gf = {(100, 200): {1: 1e9, 3: 2e9, 5: 1e8}}  # FLOP/s at n = 1, 3, 5 rows
+    af = {1: 1e6, 3: 1e6, 5: 4e6}
+    c = AchievedRooflineCost(hw, shape, ((100, 200, 3),), gf, af, bytes_per_param=4.0, context=10, per_token=1e-4)
+    # P = 0: 40,000 FLOPs at 1e9 is 40 us < 80 us: memory-bound. Attention: 2*2*1*4 = 16 cached values x 4 B x 11
+    # tokens = 704 B (0.7 us) vs 4*2*8*1*11 = 704 FLOPs at 1e6 = 704 us: compute. Rest: 2 ms + 1 x 0.1 ms.
+    b = c.breakdown(0)
+    assert b["t_gemm"] == pytest.approx(3 * 80e-6) and b["t_attention"] == pytest.approx(704e-6)
+    assert b["t_rest"] == pytest.approx(2.1e-3) and c.t_verify(0) == pytest.approx(3 * 80e-6 + 704e-6 + 2.1e-3)
+    # P = 4: 5 rows, 200,000 FLOPs at 1e8 = 2 ms per matrix: compute-bound, the kernel's FLOP/s and not the peak
+    assert c.breakdown(4)["t_gemm"] == pytest.approx(3 * 2e-3)
+    # P = 1: 2 rows, FLOP/s interpolated between n = 1 and 3: 1.5e9; 80,000 FLOPs = 53.3 us < 80 us
+    assert c.breakdown(1)["t_gemm"] == pytest.approx(3 * 80e-6)
+    assert c.breakdown(3)["t_gemm"] == pytest.approx(3 * 160_000 / (0.5 * 2e9 + 0.5 * 1e8))
+    with pytest.raises(BrwsimError, match="outside"):
+        c.t_verify(5)  # 6 rows: not measured, no extrapolation
+    assert c.to_dict()["gemm_flops"]["100x200"]["3"] == 2e9
+    # no overlap: memory + compute, per matrix (80 + 40 us at P = 0) and for the attention (0.704 + 704 us)
+    s = dataclasses.replace(c, overlap=False).breakdown(0)
+    assert s["t_gemm"] == pytest.approx(3 * 120e-6) and s["t_attention"] == pytest.approx(704.704e-6)
+
+
+def test_cpu_achieved_on_a_tiny_model():
+    torch = pytest.importorskip("torch")
+    from brwsim.llm.hf import HFSource
+    from brwsim.llm.timing import linear_shapes
+    from brwsim.speedup import cpu_achieved
+
+    src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
+    lin = torch.nn.functional.linear
+    peaks = {"bandwidth": 1e10, "flops": 1e11}
+    c = cpu_achieved(src, [1, 4], context=8, repeats=1, peaks=peaks)
+    assert torch.nn.functional.linear is lin  # the stubs are gone after the timing of the rest of the pass
+    assert c.gemms == tuple(linear_shapes(src.model)) and (16, 7, 1) in c.gemms  # the LM head: 16 -> 7 tokens
+    assert all(sorted(t) == [1, 2, 5] for t in c.gemm_flops.values()) and sorted(c.attn_flops) == [1, 2, 5]
+    for P in (0, 1, 4):
+        b = c.breakdown(P)
+        assert b["t_gemm"] > 0 and b["t_attention"] > 0 and math.isfinite(c.t_verify(P))
+    assert c.breakdown(0)["t_gemm"] >= sum(count * i * o * 4 for i, o, count in c.gemms) / 1e10  # never below bw
 
 
 def test_timed_tree_pass_on_a_tiny_model():

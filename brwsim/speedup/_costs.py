@@ -213,8 +213,10 @@ class AchievedRooflineCost(VerifyCost):
     of all layers costs ``max(KV cache bytes / bandwidth, 4 layers attn_dim n (context + n) / attn_flops[n])``;
     the rest of the pass (framework, norms, activations) costs ``overhead + per_token n``. Bytes and FLOPs come
     from the model's shape, as in :class:`RooflineCost`; the FLOP/s is not a peak but what the kernel reaches at
-    that shape (measured: :func:`brwsim.llm.timing.gemm_throughput`, ``attention_throughput``), linearly
-    interpolated between measured row counts.
+    that shape with its operands in cache (measured: :func:`brwsim.llm.timing.gemm_throughput`,
+    ``attention_throughput``), linearly interpolated between measured row counts. ``overlap=False`` adds the
+    memory and compute times instead of taking their maximum (a kernel that reads its weights, then computes:
+    no overlap; what a one-thread CPU matrix product with few rows does, measured in docs/speedup.md).
     """
 
     hardware: Hardware
@@ -225,26 +227,29 @@ class AchievedRooflineCost(VerifyCost):
     bytes_per_param: float = 4.0
     context: int = 256
     per_token: float = 0.0
+    overlap: bool = True
     kind: str = "modelled"
 
     @property
     def label(self) -> str:
+        rule = "max(memory, compute)" if self.overlap else "memory + compute"
         return (
             f"achieved roofline {self.hardware.name}, {self.shape.name}, {self.bytes_per_param:g} B/param, "
-            f"L={self.context} (measured kernel FLOP/s per shape, not the peak)"
+            f"L={self.context} (measured kernel FLOP/s per shape, not the peak; {rule} per operation)"
         )
 
     def breakdown(self, P: int) -> dict:
         """Seconds of the weight matrices, the attention and the rest, at budget ``P``."""
         n, bw, bpp = P + 1, self.hardware.bandwidth, self.bytes_per_param
+        comb = max if self.overlap else (lambda a, b: a + b)
         t_gemm = 0.0
         for d_in, d_out, count in self.gemms:
             f = _interp(self.gemm_flops[(d_in, d_out)], n, f"the {d_in}x{d_out} matrix product")
-            t_gemm += count * max(d_in * d_out * bpp / bw, 2.0 * n * d_in * d_out / f)
+            t_gemm += count * comb(d_in * d_out * bpp / bw, 2.0 * n * d_in * d_out / f)
         s = self.shape
         kv_bytes = s.kv_values_per_token() * bpp * (self.context + n)
         attn_fl = 4.0 * s.layers * s.attn_dim * n * (self.context + n)
-        t_attn = max(kv_bytes / bw, attn_fl / _interp(self.attn_flops, n, "the attention"))
+        t_attn = comb(kv_bytes / bw, attn_fl / _interp(self.attn_flops, n, "the attention"))
         t_rest = self.hardware.overhead + self.per_token * n
         return {"t_gemm": t_gemm, "t_attention": t_attn, "t_rest": t_rest}
 
@@ -266,6 +271,7 @@ class AchievedRooflineCost(VerifyCost):
             "bytes_per_param": self.bytes_per_param,
             "context": self.context,
             "per_token": self.per_token,
+            "overlap": self.overlap,
         }
 
 
