@@ -128,7 +128,7 @@ def _time_call(fn, min_s: float) -> float:
             return dt / k
 
 
-def gemm_throughput(shapes, rows, repeats: int = 3, min_s: float = 0.005, seed: int = 0) -> dict:
+def gemm_throughput(shapes, rows, repeats: int = 3, min_s: float = 0.03, seed: int = 0) -> dict:
     """Achieved FLOP/s of ``x @ W.T`` (``torch.nn.functional.linear``, the verification pass's kernel) for each
     ``(d_in, d_out)`` of ``shapes`` and each row count ``n`` of ``rows``: ``2 n d_in d_out`` / seconds, median of
     ``repeats`` rounds. The same matrix is applied back to back, so a matrix that fits the cache is read from it:
@@ -148,7 +148,7 @@ def gemm_throughput(shapes, rows, repeats: int = 3, min_s: float = 0.005, seed: 
 
 
 def attention_throughput(
-    heads: int, head_dim: int, context: int, rows, repeats: int = 3, min_s: float = 0.005, seed: int = 0
+    heads: int, head_dim: int, context: int, rows, repeats: int = 3, min_s: float = 0.03, seed: int = 0
 ) -> dict[int, float]:
     """Achieved FLOP/s of one layer's masked attention (``scaled_dot_product_attention`` with a float mask, as the
     tree pass calls it) for ``n`` query rows against ``context + n`` keys: ``4 heads head_dim n (context + n)`` /

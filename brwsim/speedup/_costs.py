@@ -211,7 +211,8 @@ class AchievedRooflineCost(VerifyCost):
     For ``n = P + 1`` query rows, every weight matrix ``(d_in, d_out, count)`` of ``gemms`` costs
     ``max(d_in d_out bytes_per_param / bandwidth, 2 n d_in d_out / gemm_flops[(d_in, d_out)][n])``; the attention
     of all layers costs ``max(KV cache bytes / bandwidth, 4 layers attn_dim n (context + n) / attn_flops[n])``;
-    the rest of the pass (framework, norms, activations) costs ``overhead + per_token n``. Bytes and FLOPs come
+    the rest of the pass (framework, norms, activations) costs ``rest[n]`` where measured (linearly interpolated
+    between row counts), else ``overhead + per_token n``. Bytes and FLOPs come
     from the model's shape, as in :class:`RooflineCost`; the FLOP/s is not a peak but what the kernel reaches at
     that shape with its operands in cache (measured: :func:`brwsim.llm.timing.gemm_throughput`,
     ``attention_throughput``), linearly interpolated between measured row counts. ``overlap=False`` adds the
@@ -228,6 +229,7 @@ class AchievedRooflineCost(VerifyCost):
     context: int = 256
     per_token: float = 0.0
     overlap: bool = True
+    rest: Mapping[int, float] | None = None
     kind: str = "modelled"
 
     @property
@@ -250,7 +252,10 @@ class AchievedRooflineCost(VerifyCost):
         kv_bytes = s.kv_values_per_token() * bpp * (self.context + n)
         attn_fl = 4.0 * s.layers * s.attn_dim * n * (self.context + n)
         t_attn = comb(kv_bytes / bw, attn_fl / _interp(self.attn_flops, n, "the attention"))
-        t_rest = self.hardware.overhead + self.per_token * n
+        if self.rest:
+            t_rest = _interp(self.rest, n, "the rest of the pass")
+        else:
+            t_rest = self.hardware.overhead + self.per_token * n
         return {"t_gemm": t_gemm, "t_attention": t_attn, "t_rest": t_rest}
 
     def t_verify(self, P: int) -> float:
@@ -272,6 +277,7 @@ class AchievedRooflineCost(VerifyCost):
             "context": self.context,
             "per_token": self.per_token,
             "overlap": self.overlap,
+            "rest": {str(n): v for n, v in sorted(self.rest.items())} if self.rest else None,
         }
 
 

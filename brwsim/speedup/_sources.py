@@ -59,10 +59,14 @@ def rest_of_pass(source, P_list, context: int = 256, repeats: int = 3) -> tuple[
     return max(0.0, float(icpt)), max(0.0, float(slope)), med
 
 
-def cpu_achieved(source, P_list, context: int = 256, repeats: int = 3, peaks: dict | None = None):
+def cpu_achieved(
+    source, P_list, context: int = 256, repeats: int = 3, peaks: dict | None = None, overlap: bool = False
+):
     """The achieved roofline (:class:`AchievedRooflineCost`) of a loaded real model on this machine: the copy
     bandwidth, each weight shape's and the attention's achieved FLOP/s at ``P + 1`` rows for every P of ``P_list``
-    (and 0), and the rest of the pass (:func:`rest_of_pass`), all measured here."""
+    (and 0), and the rest of the pass (:func:`rest_of_pass`, the measured time at each P), all measured here.
+    ``overlap=False`` (the default) adds each operation's memory and compute times: on this CPU that is what a
+    one-thread matrix product with few rows does (docs/speedup.md)."""
     peaks = peaks or machine_peaks()
     Ps = sorted({0, *(int(P) for P in P_list)})
     rows = [P + 1 for P in Ps]
@@ -71,10 +75,11 @@ def cpu_achieved(source, P_list, context: int = 256, repeats: int = 3, peaks: di
     gf = gemm_throughput(gemms, rows, repeats=repeats)
     heads = shape.attn_dim // shape.head_dim
     af = attention_throughput(heads, shape.head_dim, context, rows, repeats=repeats)
-    over, per_tok, _ = rest_of_pass(source, Ps, context=context, repeats=repeats)
+    over, per_tok, rest = rest_of_pass(source, Ps, context=context, repeats=repeats)
     hw = Hardware("this machine", peaks["bandwidth"], peaks["flops"], over, f"measured here: {peaks}")
     bpp = float(next(source.model.parameters()).element_size())
-    return AchievedRooflineCost(hw, shape, gemms, gf, af, bpp, context, per_tok)
+    rest_rows = {P + 1: t for P, t in rest.items()}
+    return AchievedRooflineCost(hw, shape, gemms, gf, af, bpp, context, per_tok, overlap, rest_rows)
 
 
 def verify_cost(
