@@ -2,18 +2,28 @@
 
     python benchmarks/roofline_check.py [--P 0,1,2,4,8,16,32,64,128] [--context 256] [--repeats 5] [--json]
 
-Measures this machine's memory bandwidth (a 512 MiB tensor copy, read + write)
-and float32 FLOP/s (a 2048 x 2048 matrix product) with one torch thread (the
-real-model path's default), feeds them to :class:`brwsim.speedup.RooflineCost`
-with SmolLM2-135M's own shape (parameter count, layers, KV heads from the
-loaded model; 4 bytes per parameter, fp32), and compares with the measured
-t_verify(P) (median of repeats of the one-pass tree verification,
-:func:`brwsim.llm.timing.verify_times`). Printed per P: measured (min..max),
-roofline, the ratio measured / roofline, the same with a fitted constant
-overhead, and with a fitted overhead plus a fitted achieved FLOP/s; and, to
-say where the time goes, the time of the model's linear layers alone (every
-weight matrix applied to P + 1 rows, torch's own kernels) and the FLOP/s they
-achieve. The target is a ratio within 20% (0.8 .. 1.2).
+Measures, in rounds interleaved with everything else below (so that load
+from other processes hits all alike), this machine's memory bandwidth (a
+256 MiB tensor copy, read + write) and float32 FLOP/s (a 2048 x 2048 matrix
+product) with one torch thread (the real-model path's default), and the
+measured t_verify(P) (median of rounds of the one-pass tree verification,
+:func:`brwsim.llm.timing.verify_times`). Two models are compared with it:
+
+- the plain roofline (:class:`brwsim.speedup.RooflineCost`) with those peaks
+  and SmolLM2-135M's own shape (4 bytes per parameter, fp32), also with a
+  fitted constant overhead (fit A) and a fitted overhead plus a fitted
+  achieved FLOP/s (fit B);
+- the achieved roofline (:class:`brwsim.speedup.AchievedRooflineCost`): the
+  same bytes and FLOPs per weight matrix and for the attention, but at the
+  FLOP/s the kernel reaches at that shape and row count P + 1 (measured:
+  :func:`brwsim.llm.timing.gemm_throughput`, ``attention_throughput``),
+  plus the rest of the pass timed with those kernels stubbed out
+  (:class:`brwsim.llm.timing.stubbed_kernels`); with max(memory, compute)
+  per operation (a roofline) and with memory + compute (no overlap).
+
+Also printed, to say where the time goes: the model's linear layers alone
+(every weight matrix applied to P + 1 rows) and the FLOP/s they achieve.
+The target is a ratio measured / model within 20% (0.8 .. 1.2).
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from brwsim.llm.timing import (
     stubbed_kernels,
     verify_times,
 )
-from brwsim.speedup import AchievedRooflineCost, Hardware, cpu_roofline
+from brwsim.speedup import AchievedRooflineCost, Hardware, cpu_roofline, shape_of_hf
 
 
 def linear_times(model, P_list, repeats: int) -> dict[int, float]:
@@ -85,24 +95,31 @@ def _median_dicts(ds: list[dict]) -> dict:
     return {k: float(np.median([d[k] for d in ds])) for k in ds[0]}
 
 
-def measure_interleaved(src, roof, P_list, context: int, repeats: int) -> tuple[dict, AchievedRooflineCost, dict]:
-    """In rounds (so that load from other processes hits all alike): the real pass at every P, each weight shape's
-    and the attention's achieved FLOP/s at every P + 1, and the pass with those kernels stubbed out."""
+def measure_interleaved(src, P_list, context: int, repeats: int):
+    """In rounds (so that load from other processes hits all alike): the copy bandwidth and matmul FLOP/s, the
+    real pass at every P, each weight shape's and the attention's achieved FLOP/s at every P + 1, and the pass with
+    those kernels stubbed out. Returns the peaks, the measured times, the plain and the achieved roofline, and the
+    rest of the pass at each P."""
     Ps = sorted({0, *P_list})
     rows = [P + 1 for P in Ps]
     gemms = tuple(linear_shapes(src.model))
-    heads = roof.shape.attn_dim // roof.shape.head_dim
+    shape = shape_of_hf(src.model, "smollm2-135m")
+    heads = shape.attn_dim // shape.head_dim
     times: dict[int, list[float]] = {P: [] for P in Ps}
     rest: dict[int, list[float]] = {P: [] for P in Ps}
-    gf, af = [], []
+    gf, af, pk = [], [], []
     for r in range(repeats):
+        pk.append(machine_peaks(copy_mb=256, repeats=2))
         for P, ts in verify_times(src, Ps, context=context, repeats=1, warmup=int(r == 0), seed=r).items():
             times[P] += ts
         gf.append(gemm_throughput(gemms, rows, repeats=1, seed=r))
-        af.append(attention_throughput(heads, roof.shape.head_dim, context, rows, repeats=1, seed=r))
+        af.append(attention_throughput(heads, shape.head_dim, context, rows, repeats=1, seed=r))
         with stubbed_kernels():
             for P, ts in verify_times(src, Ps, context=context, repeats=1, warmup=int(r == 0), seed=r).items():
                 rest[P] += ts
+    peaks = {k: float(np.median([p[k] for p in pk])) for k in ("bandwidth", "flops")}
+    peaks |= {k + "_range": [min(p[k] for p in pk), max(p[k] for p in pk)] for k in ("bandwidth", "flops")}
+    roof = cpu_roofline(src, context=context, peaks=peaks)
     rest_med = {P: statistics.median(ts) for P, ts in rest.items()}
     slope, icpt = np.polyfit([P + 1 for P in Ps], [rest_med[P] for P in Ps], 1)
     hw = Hardware("this machine", roof.hardware.bandwidth, roof.hardware.flops, max(0.0, icpt), "measured here")
@@ -110,15 +127,13 @@ def measure_interleaved(src, roof, P_list, context: int, repeats: int) -> tuple[
         hw, roof.shape, gemms, _median_dicts(gf), _median_dicts(af), roof.bytes_per_param, context, max(0.0, slope),
         rest={P + 1: t for P, t in rest_med.items()},
     )  # fmt: skip
-    return times, ach, rest_med
+    return peaks, times, roof, ach, rest_med
 
 
 def run(P_list, context: int, repeats: int) -> dict:
     load_before = os.getloadavg()[0]
     src = load_source("smollm2-135m", threads=1)
-    peaks = machine_peaks()
-    roof = cpu_roofline(src, context=context, peaks=peaks)
-    times, ach, rest = measure_interleaved(src, roof, P_list, context, repeats)
+    peaks, times, roof, ach, rest = measure_interleaved(src, P_list, context, repeats)
     seq = dataclasses.replace(ach, overlap=False)
     lin, lin_params = linear_times(src.model, P_list, repeats)
     meas = np.array([statistics.median(times[P]) for P in P_list])
@@ -151,7 +166,9 @@ def print_table(d: dict, out) -> None:
     pk = d["peaks"]
     print(
         f"smollm2-135m: {d['params']:.4g} params x {d['bytes_per_param']:g} B, context {d['context']}; measured here "
-        f"(1 thread): bandwidth {pk['bandwidth'] / 1e9:.2f} GB/s, {pk['flops'] / 1e9:.1f} GFLOP/s (2048^2 matmul); "
+        f"(1 thread, median of rounds): bandwidth {pk['bandwidth'] / 1e9:.2f} GB/s (256 MiB copy; "
+        f"{pk['bandwidth_range'][0] / 1e9:.2f}..{pk['bandwidth_range'][1] / 1e9:.2f}), {pk['flops'] / 1e9:.1f} "
+        f"GFLOP/s (2048^2 matmul; {pk['flops_range'][0] / 1e9:.1f}..{pk['flops_range'][1] / 1e9:.1f}); "
         f"ridge P = {d['ridge_P']:.1f}; load average {d['load_average_1min'][0]:.1f} .. "
         f"{d['load_average_1min'][1]:.1f} ({d['date']})",
         file=out,

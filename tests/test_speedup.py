@@ -225,6 +225,9 @@ def test_achieved_roofline_arithmetic_by_hand():
     # no overlap: memory + compute, per matrix (80 + 40 us at P = 0) and for the attention (0.704 + 704 us)
     s = dataclasses.replace(c, overlap=False).breakdown(0)
     assert s["t_gemm"] == pytest.approx(3 * 120e-6) and s["t_attention"] == pytest.approx(704.704e-6)
+    # the rest of the pass as measured at 1 and 5 rows: 3 rows interpolated; the line overhead + per_token n unused
+    r = dataclasses.replace(c, rest={1: 5e-3, 5: 9e-3})
+    assert r.breakdown(2)["t_rest"] == pytest.approx(7e-3) and r.breakdown(0)["t_rest"] == pytest.approx(5e-3)
 
 
 def test_cpu_achieved_on_a_tiny_model():
