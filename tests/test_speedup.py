@@ -230,25 +230,6 @@ def test_achieved_roofline_arithmetic_by_hand():
     assert r.breakdown(2)["t_rest"] == pytest.approx(7e-3) and r.breakdown(0)["t_rest"] == pytest.approx(5e-3)
 
 
-def test_cpu_achieved_on_a_tiny_model():
-    torch = pytest.importorskip("torch")
-    from brwsim.llm.hf import HFSource
-    from brwsim.llm.timing import linear_shapes
-    from brwsim.speedup import cpu_achieved
-
-    src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
-    lin = torch.nn.functional.linear
-    peaks = {"bandwidth": 1e10, "flops": 1e11}
-    c = cpu_achieved(src, [1, 4], context=8, repeats=1, peaks=peaks)
-    assert torch.nn.functional.linear is lin  # the stubs are gone after the timing of the rest of the pass
-    assert c.gemms == tuple(linear_shapes(src.model)) and (16, 7, 1) in c.gemms  # the LM head: 16 -> 7 tokens
-    assert all(sorted(t) == [1, 2, 5] for t in c.gemm_flops.values()) and sorted(c.attn_flops) == [1, 2, 5]
-    for P in (0, 1, 4):
-        b = c.breakdown(P)
-        assert b["t_gemm"] > 0 and b["t_attention"] > 0 and math.isfinite(c.t_verify(P))
-    assert c.breakdown(0)["t_gemm"] >= sum(count * i * o * 4 for i, o, count in c.gemms) / 1e10  # never below bw
-
-
 def test_timed_tree_pass_on_a_tiny_model():
     pytest.importorskip("torch")
     from brwsim.llm.hf import HFSource
@@ -268,6 +249,25 @@ def test_timed_tree_pass_on_a_tiny_model():
     seen = (mask[0, 0] == 0).int().tolist()
     assert seen[3] == [1, 1, 1, 1, 1, 0, 1, 0] and pos.tolist() == [[3, 4, 4, 5, 5]]
     assert math.isfinite(c.t_verify(2))
+
+
+def test_cpu_achieved_on_a_tiny_model():
+    torch = pytest.importorskip("torch")
+    from brwsim.llm.hf import HFSource
+    from brwsim.llm.timing import linear_shapes
+    from brwsim.speedup import cpu_achieved
+
+    src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
+    lin = torch.nn.functional.linear
+    peaks = {"bandwidth": 1e10, "flops": 1e11}
+    c = cpu_achieved(src, [1, 4], context=8, repeats=1, peaks=peaks)
+    assert torch.nn.functional.linear is lin  # the stubs are gone after the timing of the rest of the pass
+    assert c.gemms == tuple(linear_shapes(src.model)) and (16, 7, 1) in c.gemms  # the LM head: 16 -> 7 tokens
+    assert all(sorted(t) == [1, 2, 5] for t in c.gemm_flops.values()) and sorted(c.attn_flops) == [1, 2, 5]
+    for P in (0, 1, 4):
+        b = c.breakdown(P)
+        assert b["t_gemm"] > 0 and b["t_attention"] > 0 and math.isfinite(c.t_verify(P))
+    assert c.breakdown(0)["t_gemm"] >= sum(count * i * o * 4 for i, o, count in c.gemms) / 1e10  # never below bw
 
 
 def test_cli_plan_from_saved_json(sim, tmp_path, capsys):
