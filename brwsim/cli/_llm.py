@@ -79,6 +79,7 @@ def _cmd(args) -> int:
         temperature=args.temperature,
         check_samples=args.check_samples,
         check_P=args.check_P,
+        heldout_tokens=args.heldout_tokens,
         log=None if args.json else (lambda m: print(m, file=sys.stderr)),
     )
     if args.json:
@@ -114,6 +115,7 @@ def add_parser(sub) -> None:
     )
     s.add_argument("--temperature", type=float, default=1.0, help="target and drafters at temperature T (default 1)")
     s.add_argument("--check-samples", type=int, default=200, help="speculative calls per prompt, direct check")
+    s.add_argument("--heldout-tokens", type=int, default=256, help="held-out positions per drafter (default 256)")
     s.add_argument("--check-P", type=int, default=32, help="budget P of the direct check's tree (default 32)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_cmd)

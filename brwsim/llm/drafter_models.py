@@ -378,14 +378,15 @@ def open_llm_drafter(spec: str | DrafterSpec, target, log=None):
     return _open_eagle(target, d.params, log)
 
 
-def calibrate(target, draft, ids: Sequence[int], T: float = 1.0, K: int = 128) -> dict:
+def calibrate(target, draft, ids: Sequence[int], T: float = 1.0, K: int = 128, target_rows=None) -> dict:
     """Held-out (teacher-forced) statistics of a draft model at temperature T.
 
     ``stats``: mean cross-entropy, KL, TV, top-1 agreement, H(p) over the
     positions of ``ids``; ``rates[k] = E[p_u(x_k)]`` with x_k the drafter's
     k-th most likely token (Sequoia's positional acceptance rates), k < K.
+    ``target_rows``: the target's teacher-forced rows at temperature 1, if already computed.
     """
-    lp = temper(teacher_forced(target.open(ids[:1]), ids), T)
+    lp = temper(teacher_forced(target.open(ids[:1]), ids) if target_rows is None else target_rows, T)
     lq = temper(teacher_forced(draft.context(ids[:1]), ids), T)
     d = row_divergences(lp, lq)
     K = min(K, lq.shape[1])

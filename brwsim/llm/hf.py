@@ -132,11 +132,13 @@ class HFContext(Context):
         slots = {n: S + i for i, n in enumerate(nodes)}
         allowed = torch.zeros((B, self.L + S + B), dtype=torch.bool)
         allowed[:, : self.L] = True
+        rows, cols = [], []
         for i, node in enumerate(nodes):
-            for d in range(1, len(node)):
+            for d in range(1, len(node) + 1):
                 a = node[:d]
-                allowed[i, self.L + (self.slots[a] if a in self.slots else slots[a])] = True
-            allowed[i, self.L + S + i] = True
+                rows.append(i)
+                cols.append(self.L + (self.slots[a] if a in self.slots else slots[a]))
+        allowed[torch.tensor(rows), torch.tensor(cols)] = True
         mask = torch.zeros(allowed.shape, dtype=src.dtype)
         mask.masked_fill_(~allowed, torch.finfo(src.dtype).min)
         ids = torch.tensor([[n[-1] for n in nodes]], device=src.device)

@@ -249,6 +249,7 @@ class DrafterSettings:
     check_P: int = 32
     top_k: int = EAGLE_TOP_K
     eagle_depth: int = EAGLE_DEPTH
+    heldout_tokens: int = 256  # held-out positions of each drafter's calibration
 
 
 def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, eos) -> tuple[dict, dict, np.ndarray]:
@@ -275,14 +276,19 @@ def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, 
 
 
 def _checked(name, nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: int) -> dict:
-    """The direct check on the builder with the largest value at the check budget."""
+    """The direct check on the builder with the largest value at the check budget: ``se`` is the exact standard
+    error of the mean of X under the path probabilities (so ``z = (mean - value) / se`` tests the claim)."""
     P = min(st.check_P, P_max)
     best = max((b for b in nodes if np.isfinite(values[b][P - 1])), key=lambda b: values[b][P - 1])
     tree = nodes[best][:P]
     X = speculative_check(tctx, tree, st.check_samples, rng)
-    value = float(prefix_values(tctx, tree, P)[-1])
-    se = float(X.std(ddof=1) / np.sqrt(len(X))) if len(X) > 1 else float("nan")
-    return {"builder": best, "P": P, "samples": len(X), "mean": float(X.mean()), "se": se, "value": value}
+    Pv = np.exp(target_logP(tctx, tree)) if tree else np.zeros(0)
+    value = float(Pv.sum())
+    # the exact variance of X under the path probabilities: X^2 = sum over accepted v of (2 depth(v) - 1)
+    var = float(np.sum(Pv * (2 * np.array([len(v) for v in tree]) - 1))) - value**2 if tree else 0.0
+    se = float(np.sqrt(max(var, 0.0) / len(X)))
+    out = {"builder": best, "P": P, "samples": len(X), "mean": float(X.mean()), "se": se, "value": value}
+    return out | {"sample_se": float(X.std(ddof=1) / np.sqrt(len(X))) if len(X) > 1 else float("nan")}
 
 
 def measure_prompt_drafters(

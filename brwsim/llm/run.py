@@ -9,7 +9,7 @@ from .. import _processes as processes
 from .._stats import CONVENTION
 from ..errors import BrwsimError, check_P_list, check_positive_int
 from ..theory import MIN_SPINE_WALKS
-from .drafter_models import calibrate, heldout_ids, open_llm_drafter, parse_llm_drafter
+from .drafter_models import calibrate, heldout_ids, open_llm_drafter, parse_llm_drafter, teacher_forced
 from .drafter_report import summarize_drafter_task
 from .early_exit import EarlyExitSource, measure_prompt_with_drafter, parse_early_exit, summarize_drafter
 from .measure import measure_prompt, summarize_task
@@ -80,13 +80,14 @@ def _measure_all(source, items, P_max, walks, depth, seed, batch, drafter, log):
     return by_task, drafted
 
 
-def _open_drafters(source, specs, T, log):
-    """(draft models, calibration per drafter) for the generic drafter path."""
+def _open_drafters(source, specs, T, log, heldout_tokens: int = HELDOUT_TOKENS):
+    """(draft models, calibration per drafter on ``heldout_tokens`` held-out positions) for the drafter path."""
     if not hasattr(source, "model"):
         raise BrwsimError("--drafter needs a transformers target (a model name, directory or .gguf), not a .npz")
     drafters = [open_llm_drafter(spec, source, log) for spec in specs]
-    ids = heldout_ids(source, HELDOUT_TOKENS)
-    cal = [calibrate(source, d, ids, T) if hasattr(d, "context") else None for d in drafters]
+    ids = heldout_ids(source, heldout_tokens)
+    lp = teacher_forced(source.open(ids[:1]), ids)
+    cal = [calibrate(source, d, ids, T, target_rows=lp) if hasattr(d, "context") else None for d in drafters]
     return drafters, cal
 
 
@@ -106,7 +107,7 @@ def _measure_drafters(source, drafters, cal, items, P_max, st: DrafterSettings, 
 
 
 def _drafter_tasks(source, specs, items, P_list, st, trees, seed, save_pool, log) -> list:
-    drafters, cal = _open_drafters(source, specs, st.T, log)
+    drafters, cal = _open_drafters(source, specs, st.T, log, st.heldout_tokens)
     by_task = _measure_drafters(source, drafters, cal, items, max(P_list), st, log)
     tasks = []
     for task, pairs in by_task.items():
@@ -139,6 +140,30 @@ def _plain_tasks(source, items, P_list, walks, depth, seed, batch, trees, save_p
     return tasks
 
 
+def _check_drafters(drafter, T, check_samples, check_P, heldout_tokens) -> tuple[list[str], bool]:
+    """(specs, legacy early-exit path?); every spec and number checked before the slow model load."""
+    specs = _drafter_list(drafter)
+    legacy = bool(specs) and _legacy(specs, T)
+    for spec in [] if legacy else specs:
+        parse_llm_drafter(spec)
+    check_positive_int("check_samples", check_samples, 0)
+    check_positive_int("check_P", check_P)
+    check_positive_int("heldout_tokens", heldout_tokens, 2)
+    return specs, legacy
+
+
+def _timing(inner, f0: float, model_seconds: float, t_all: float) -> dict:
+    fwd = sum(processes.gather(getattr(inner, "forward_seconds", 0.0) - f0))  # forward passes of every process
+    model_seconds = sum(processes.gather(model_seconds))
+    return {
+        "load_seconds": getattr(inner, "load_seconds", 0.0),
+        "model_phase_seconds": model_seconds,
+        "forward_seconds": fwd,
+        "forward_fraction": fwd / model_seconds if model_seconds > 0 else None,
+        "total_seconds": time.perf_counter() - t_all,
+    }
+
+
 def run_llm(
     model: str = "smollm2-135m",
     prompts: str = "humaneval",
@@ -161,6 +186,7 @@ def run_llm(
     temperature: float = 1.0,
     check_samples: int = 200,
     check_P: int = 32,
+    heldout_tokens: int = HELDOUT_TOKENS,
 ) -> dict:
     """Run the measurements; return the JSON object of ``brwsim llm --json`` (docs/llm.md).
 
@@ -169,10 +195,7 @@ def run_llm(
     """
     P_list, n, walks, depth, trees, batch, seed = _check(P, n, walks, depth, trees, batch, seed, drafter, record)
     T = check_temperature(temperature)
-    specs = _drafter_list(drafter)
-    legacy = bool(specs) and _legacy(specs, T)
-    for spec in [] if legacy else specs:
-        parse_llm_drafter(spec)  # before the slow model load
+    specs, legacy = _check_drafters(drafter, T, check_samples, check_P, heldout_tokens)
     items = load_prompts(prompts, n)  # prompt errors before the slow model load
     t_all = time.perf_counter()
     if source is None:
@@ -185,24 +208,14 @@ def run_llm(
     inner = source.inner if record else source
     f0, t0 = getattr(inner, "forward_seconds", 0.0), time.perf_counter()
     if specs and not legacy:
-        st = DrafterSettings(T=T, walks=walks, depth=depth, seed=seed, batch=batch)
-        st.check_samples, st.check_P = check_positive_int("check_samples", check_samples, 0), check_P
+        st = DrafterSettings(T, walks, depth, seed, batch, check_samples, check_P, heldout_tokens=heldout_tokens)
         tasks = _drafter_tasks(source, specs, items, P_list, st, trees, seed, save_pool, log)
     else:
         tasks = _plain_tasks(source, items, P_list, walks, depth, seed, batch, trees, save_pool, legacy, log)
     model_seconds = time.perf_counter() - t0
-    fwd = sum(processes.gather(getattr(inner, "forward_seconds", 0.0) - f0))  # forward passes of every process
-    model_seconds = sum(processes.gather(model_seconds))
     if record:
         recorder.save(record)
     settings = dict(prompts=prompts, n=n, walks=walks, depth=depth, seed=seed, surrogate_trees=trees)
     settings |= dict(dtype=dtype, threads=threads, convention=CONVENTION, drafter=drafter, temperature=T)
-    timing = {
-        "load_seconds": getattr(inner, "load_seconds", 0.0),
-        "model_phase_seconds": model_seconds,
-        "forward_seconds": fwd,
-        "forward_fraction": fwd / model_seconds if model_seconds > 0 else None,
-        "total_seconds": time.perf_counter() - t_all,
-    }
     model_info = {"model": getattr(inner, "name", model), "vocab_size": int(inner.vocab_size)}
-    return model_info | settings | {"tasks": tasks, "timing": timing}
+    return model_info | settings | {"tasks": tasks, "timing": _timing(inner, f0, model_seconds, t_all)}
