@@ -32,7 +32,7 @@ EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows rea
     "drafters",
     "spec_sampling",
     "drafter_gap",
-    "real_drafter",
+    "real_drafters",
 ]
 
 

@@ -13,7 +13,7 @@ check). X = accepted draft tokens per verifier call; published acceptance
 lengths tau count the verifier's own token too: tau = X + 1.
 
 Writes results/real_drafters.{csv,jsonl}, figures/real_drafters.{png,pdf} and
-figures/real_drafters_table.md. ``--quick``: one prompt per task, P <= 16,
+figures/real_drafters_table.md. ``--quick``: one prompt per task, P <= 8,
 short walks, no EAGLE head unless its quick version is available.
 """
 
@@ -43,13 +43,15 @@ PUBLISHED = [  # (what, tau, source); EAGLE-3 rows from its Table 1 (T = 0, batc
 
 
 def settings(quick: bool, seed: int) -> dict:
-    drafters = ["layerskip:skip=14-17", "layerskip:auto,n=8", "lowbit:bits=4", "lowbit:bits=3", "lookup:n=3"]
+    drafters = ["layerskip:skip=14-17", "lowbit:bits=4", "lookup:n=3"]
+    if not quick:
+        drafters[1:1] = ["layerskip:auto,n=8"]
+        drafters[3:3] = ["lowbit:bits=3"]
     if importlib.util.find_spec("brwsim.llm.eagle_head") is not None:
         drafters.append("eagle-head:quick" if quick else "eagle-head")
     base = dict(model="smollm2-135m", prompts="humaneval,pydoc", seed=seed, batch=4, threads=1, drafters=drafters)
     if quick:
-        return base | dict(n=1, P=[1, 2, 4, 8, 16], walks=8, depth=12, check_samples=60, check_P=8, heldout=64,
-                           drafters=["layerskip:skip=14-17", "lowbit:bits=4", "lookup:n=3"])  # fmt: skip
+        return base | dict(n=1, P=[1, 2, 4, 8], walks=8, depth=8, check_samples=40, check_P=4, heldout=48)
     return base | dict(n=4, P=[1, 2, 4, 8, 16, 32, 64, 128], walks=8, depth=32, check_samples=150, check_P=32,
                        heldout=256)  # fmt: skip
 

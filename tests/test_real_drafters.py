@@ -235,3 +235,24 @@ def test_shipped_model_drafters_cli(capsys):
     assert lb["stats"]["kl"] > 0 and t["drafters"][0]["stats"]["kl"] > 0
     assert lb["info"]["heldout"]["positions"] == 48 and 0 <= lb["info"]["heldout"]["top1_agree"] <= 1
     assert lb["results"][1]["topq"] <= lb["results"][1]["ik_bound"]
+
+
+def test_temperature_law_for_synthetic_trees():
+    import jax
+
+    from brwsim.laws import parse_law
+
+    inner = parse_law("dirichlet:V=50,alpha=0.5")
+    key = jax.random.key(3)
+    same = parse_law("temp:T=1,law=dirichlet:V=50,alpha=0.5")
+    np.testing.assert_allclose(same.full_logp(key, 0), inner.full_logp(key, 0), atol=1e-5)
+    cold = parse_law("temp:T=0.5,law=dirichlet:V=50,alpha=0.5")
+    lp, lc = np.asarray(inner.full_logp(key, 0), np.float64), np.asarray(cold.full_logp(key, 0), np.float64)
+    np.testing.assert_allclose(np.exp(lc), np.exp(2 * lp) / np.exp(2 * lp).sum(), rtol=1e-4, atol=1e-7)
+    H = lambda x: -(np.exp(x) * x).sum()  # noqa: E731
+    assert H(lc) < H(lp)
+    assert parse_law(cold.spec()).T == 0.5
+    with pytest.raises(BrwsimError, match="must be i.i.d"):
+        parse_law(f"temp:T=0.5,law={os.path.join(os.path.dirname(__file__), '..', 'examples', 'two_state.json')}")
+    with pytest.raises(BrwsimError, match="T"):
+        parse_law("temp:T=0,law=dirichlet:V=50,alpha=0.5")
