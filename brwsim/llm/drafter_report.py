@@ -109,7 +109,7 @@ def print_drafters(t: dict, out) -> None:
                 "(nats, along the target's walks)"
             )
         print(line, file=out)
-        heads = [b for b in d["builders"]] + ["frac", "ik_bound", "ik_lorden"]
+        heads = list(d["builders"]) + ["frac", "ik_bound:topq", "ik_lorden"]
         print(f"{'P':>5} {'oracle':>8} " + " ".join(f"{h:>12}" for h in heads), file=out)
         for r in d["results"]:
             cells = [r.get(b, math.nan) for b in d["builders"]]
