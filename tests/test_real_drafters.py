@@ -183,7 +183,7 @@ def test_builders_direct_check_and_imperfect_knowledge_bound(tiny):
         for P in (1, 4, 16):
             b = threshold_bound([(o.xi_q, float(o.s_P[P - 1]))])
             assert b["truncated_walks"] == 0
-            assert o.values["topq"][P - 1] <= b["upper"] + 1e-9, (o.name, P, b)
+            assert o.values["topq"][P - 1] <= b["point"] + 4 * b["se"] + 1e-9, (o.name, P, b)
     assert out[0].walk_stats[:, 1].mean() < 1e-5 < out[1].walk_stats[:, 1].mean()  # KL: none, then some
     assert min(o.values["topq"][-1] for o in out[1:]) < oracle[-1] - 1e-3  # an imperfect drafter loses
 
@@ -234,7 +234,8 @@ def test_shipped_model_drafters_cli(capsys):
     lb = t["drafters"][1]
     assert lb["stats"]["kl"] > 0 and t["drafters"][0]["stats"]["kl"] > 0
     assert lb["info"]["heldout"]["positions"] == 48 and 0 <= lb["info"]["heldout"]["top1_agree"] <= 1
-    assert lb["results"][1]["topq"] <= lb["results"][1]["ik_bound"]
+    r = lb["results"][1]  # C_q(s_P) bounds top-P-by-Q (a 16-walk estimate: 4 standard errors)
+    assert r["ik_truncated_walks"] > 0 or r["topq"] <= r["ik_bound_point"] + 4 * r["ik_bound_se"] + 1e-9
 
 
 def test_temperature_law_for_synthetic_trees():

@@ -3,10 +3,12 @@
 Every mean carries its 95% half-width over prompts. ``best`` is, per P, the
 builder with the largest mean (chosen on the same prompts: slightly
 optimistic). The imperfect-knowledge columns (docs/theory.md, "Imperfect
-knowledge"): ``ik_bound`` = C_q(s_P) from the target's walks (rigorous per
-prompt up to Monte Carlo error: its upper 97.5% value; valid only if no walk
-was truncated below the threshold) and ``ik_lorden`` = mean s_P / mu_q +
-mu_2q / mu_q^2 - 1 (a prediction: rigorous only for i.i.d. steps).
+knowledge"): ``ik_bound`` = C_q(s_P) from the target's walks (its upper
+97.5% value; C_q(s_P) bounds the top-P-by-Q value and equals it up to ties,
+so this is a consistency check of the valuation, valid only if no walk was
+truncated below the threshold) and ``ik_lorden`` = mean s_P / mu_q + mu_2q /
+mu_q^2 - 1, the cross-entropy form (a prediction: rigorous only for i.i.d.
+steps and a fixed threshold).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ def _ik(results: list[DraftedPrompt], P: int, stats: dict) -> dict:
     if not pairs or any(not math.isfinite(s) for _, s in pairs):
         return {}
     b = threshold_bound(pairs)
-    out = {"ik_bound": b["upper"], "ik_bound_point": b["point"], "ik_truncated_walks": b["truncated_walks"]}
+    out = {"ik_bound": b["upper"], "ik_bound_point": b["point"], "ik_bound_se": b["se"]}
+    out["ik_truncated_walks"] = b["truncated_walks"]
     out["s_P"] = float(np.mean([s for _, s in pairs]))
     if "mu_q" in stats:
         out["ik_lorden"] = lorden(out["s_P"], stats["mu_q"], stats["mu2_q"])
