@@ -257,3 +257,20 @@ def test_temperature_law_for_synthetic_trees():
         parse_law(f"temp:T=0.5,law={os.path.join(os.path.dirname(__file__), '..', 'examples', 'two_state.json')}")
     with pytest.raises(BrwsimError, match="T"):
         parse_law("temp:T=0,law=dirichlet:V=50,alpha=0.5")
+
+
+def test_threshold_counts_and_lorden_on_iid_steps():
+    """C_q(s) from i.i.d. steps stays below Wald + Lorden's s/mu + mu_2/mu^2 - 1 (fixed s), and counts are exact."""
+    from brwsim.theory import lorden, threshold_bound, threshold_counts
+
+    xq = np.array([[0.5, 0.5, 3.0, np.nan], [2.5, 0.1, 0.1, 0.1], [0.2, 0.2, 0.2, 0.2]])
+    c, t = threshold_counts(xq, 1.0)
+    np.testing.assert_array_equal(c, [2, 0, 4])
+    np.testing.assert_array_equal(t, [False, False, True])  # the third walk is still below s at its end
+    rng = np.random.default_rng(0)
+    steps = rng.gamma(0.5, 2.0, size=(20000, 200))  # mean 1, second moment 3
+    for s in (0.5, 2.0, 6.0):
+        b = threshold_bound([(steps, s)])
+        assert b["truncated_walks"] == 0
+        assert b["point"] - 4 * b["se"] <= lorden(s, 1.0, 3.0)
+        assert b["point"] + 4 * b["se"] >= s / 1.0 - 1  # Wald: E[tau_s] >= s / mu

@@ -32,7 +32,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..drafters import sequoia_dp
-from ..errors import BrwsimError
 from .drafter_models import row_divergences
 from .measure import PromptResult, _rng, oracle_tree, row_stats, sample_rows, sample_walks
 from .prompts import Prompt
@@ -275,7 +274,7 @@ def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, 
     return nodes, values, s_P
 
 
-def _checked(name, nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: int) -> dict:
+def _checked(nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: int) -> dict:
     """The direct check on the builder with the largest value at the check budget: ``se`` is the exact standard
     error of the mean of X under the path probabilities (so ``z = (mean - value) / se`` tests the claim)."""
     P = min(st.check_P, P_max)
@@ -319,12 +318,7 @@ def measure_prompt_drafters(
             nodes, values, s_P = _model_trees(view, tctx, P_max, rates[i] if rates else None, st, eos)
             xq = q_surprisals(view, w.tokens, st.depth) if w is not None else None
             stats = np.concatenate(sctx.stats[i]) if sctx.stats[i] else None
-        check = _checked(d.name, nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else {}
+        check = _checked(nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else {}
         passes = int(view.dctx.passes) if view is not None else 0
         out.append(DraftedPrompt(d.name, values, stats, xq, s_P, check, passes))
     return PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0), out
-
-
-def check_drafter_list(drafters) -> None:
-    if not drafters:
-        raise BrwsimError("give at least one drafter, e.g. --drafter layerskip:auto")
