@@ -274,3 +274,41 @@ def test_threshold_counts_and_lorden_on_iid_steps():
         assert b["truncated_walks"] == 0
         assert b["point"] - 4 * b["se"] <= lorden(s, 1.0, 3.0)
         assert b["point"] + 4 * b["se"] >= s / 1.0 - 1  # Wald: E[tau_s] >= s / mu
+
+
+def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
+    """``eagle-head`` calls ``brwsim.llm.eagle_head.open_drafter(target, quick=..., log=...)`` and measures any object
+    that keeps the draft-model contract (here a stand-in without a KV cache: full recomputation per prefix)."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from brwsim.llm.drafter_models import open_llm_drafter
+    from brwsim.llm.prompts import Prompt
+    from brwsim.llm.real_drafters import DrafterSettings, measure_prompt_drafters
+
+    class Ctx:
+        def __init__(self, ids):
+            self.ids, self.passes = list(ids), 0
+
+        def logprobs(self, prefixes):
+            self.passes += len(prefixes)
+            return full_logp(tiny.model, [self.ids + list(p) for p in prefixes]).astype(np.float32)
+
+    class Head:
+        name = "stand-in"
+
+        def context(self, prompt_ids):
+            return Ctx(prompt_ids)
+
+    calls = []
+    mod = types.ModuleType("brwsim.llm.eagle_head")
+    mod.__spec__ = importlib.machinery.ModuleSpec("brwsim.llm.eagle_head", None)
+    mod.open_drafter = lambda target, quick=False, log=None: calls.append((target, quick)) or Head()
+    monkeypatch.setitem(sys.modules, "brwsim.llm.eagle_head", mod)
+    d = open_llm_drafter("eagle-head:quick", tiny)
+    assert calls == [(tiny, True)] and d.name == "stand-in"
+    st = DrafterSettings(walks=4, depth=4, check_samples=50, check_P=4, top_k=3, eagle_depth=2)
+    pr, (out,) = measure_prompt_drafters(tiny, [d], Prompt("t", "0", "def x"), 8, st)
+    np.testing.assert_allclose(out.values["topq"], pr.oracle.values, rtol=1e-5)  # the stand-in is the target
+    assert out.passes > 0 and "sequoia" not in out.values  # no calibration rates given
