@@ -32,8 +32,8 @@ EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows rea
     "drafters",
     "spec_sampling",
     "drafter_gap",
-    "real_drafter",
-    "speedup",  # reads the rows real_model and real_drafter write
+    "real_drafters",
+    "speedup",  # reads the rows real_model and real_drafters write
 ]
 
 

@@ -19,7 +19,7 @@ CORE = [
     "iid_vs_markov",
     "threshold_vs_oracle",
     "real_model",
-    "real_drafter",
+    "real_drafters",
 ]
 
 

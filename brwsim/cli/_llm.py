@@ -17,6 +17,7 @@ import json
 import sys
 
 from ..llm import require_llm
+from ..llm.drafter_report import print_drafters
 from ..llm.early_exit import print_drafter
 from ..llm.run import run_llm
 from ._args import P_list
@@ -25,7 +26,9 @@ from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, g
 
 def print_llm(d: dict, out=None) -> None:
     out = out or sys.stdout
-    print(f"model {d['model']} (vocab {d['vocab_size']}), prompts {d['prompts']}, {d['convention']}", file=out)
+    T = d.get("temperature", 1.0)
+    head = f"model {d['model']} (vocab {d['vocab_size']}), prompts {d['prompts']}, T = {T:g}"
+    print(f"{head}, {d['convention']}", file=out)
     for t in d["tasks"]:
         print(
             f"task {t['task']}: {t['prompts']} prompts, mu = {t.get('mu', float('nan')):.4f} "
@@ -44,6 +47,7 @@ def print_llm(d: dict, out=None) -> None:
             print(note, file=out)
         if t.get("drafter"):
             print_drafter(t, out)
+        print_drafters(t, out)
     tm = d["timing"]
     print(
         f"model phase {tm['model_phase_seconds']:.1f} s, {100 * (tm['forward_fraction'] or 0):.0f}% in forward "
@@ -72,6 +76,10 @@ def _cmd(args) -> int:
         save_pool=args.save_pool,
         record=args.record,
         drafter=args.drafter,
+        temperature=args.temperature,
+        check_samples=args.check_samples,
+        check_P=args.check_P,
+        heldout_tokens=args.heldout_tokens,
         log=None if args.json else (lambda m: print(m, file=sys.stderr)),
     )
     if args.json:
@@ -98,6 +106,16 @@ def add_parser(sub) -> None:
     s.add_argument("--max-prompt-tokens", type=int, default=384, help="keep the last N prompt tokens (default 384)")
     s.add_argument("--save-pool", default=None, help="directory to keep each task's surrogate pool .npz")
     s.add_argument("--record", default=None, help="save every log-prob row asked to this .npz (saved-logits file)")
-    s.add_argument("--drafter", default=None, help="early-exit:k=K (or k=6/12/18): the model cut after K layers as q")
+    s.add_argument(
+        "--drafter",
+        action="append",
+        default=None,
+        help="a real drafter (repeatable): layerskip:skip=A-B | layerskip:auto | lowbit:bits=N | model:DIR | "
+        "lookup:n=N | eagle-head[:quick] | early-exit:k=K (docs/drafters.md)",
+    )
+    s.add_argument("--temperature", type=float, default=1.0, help="target and drafters at temperature T (default 1)")
+    s.add_argument("--check-samples", type=int, default=200, help="speculative calls per prompt, direct check")
+    s.add_argument("--heldout-tokens", type=int, default=256, help="held-out positions per drafter (default 256)")
+    s.add_argument("--check-P", type=int, default=32, help="budget P of the direct check's tree (default 32)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_cmd)

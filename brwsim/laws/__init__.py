@@ -2,7 +2,7 @@
 
 Families (SPEC ``family:key=value,...``, see :func:`parse_law`): ``fixed``,
 ``dirichlet``, ``logitnormal``, ``zipf``, ``pool`` (an empirical set of
-distributions read from a file) and ``markov`` (hidden states, a law per
+distributions read from a file), ``temp`` (an i.i.d. law at temperature T) and ``markov`` (hidden states, a law per
 state, a kernel on the child's rank). Every law implements :class:`Law`; the
 registry :data:`LAWS` maps a family name to its class. Docs: docs/theory.md,
 "Laws".
@@ -14,6 +14,7 @@ from ._fixed import Fixed, fixed_law
 from ._logitnormal import LogitNormal
 from ._markov import Markov, load_markov, markov_law
 from ._pool import Pool, load_pool
+from ._temp import Temp
 from ._zipf import Zipf
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "LogitNormal",
     "Markov",
     "Pool",
+    "Temp",
     "Zipf",
     "check_distribution",
     "dirichlet_moments",

@@ -199,5 +199,5 @@ def parse_law(spec: str | Law) -> Law:
                 f"{', '.join(sorted(LAWS))} (e.g. dirichlet:V=1000,alpha=0.1)"
             )
         return LAWS[family].from_spec(Spec(family, {"path": spec}, spec, "law"))
-    parsed = parse_spec(spec, "law", {name: cls.spec_keys for name, cls in LAWS.items()})
+    parsed = parse_spec(spec, "law", {name: cls.spec_keys for name, cls in LAWS.items()}, tail_key="law")
     return LAWS[parsed.family].from_spec(parsed)

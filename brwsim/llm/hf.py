@@ -5,9 +5,10 @@ only its last position goes through the LM head) and its KV cache is kept.
 
 Tree questions (:meth:`HFContext.logprobs`) share one growing KV cache: each
 evaluated node of the token tree occupies one cache slot after the prompt,
-and a batch of new nodes (each a child of the prompt or of an evaluated node)
-is run in ONE forward pass of B query tokens with a 4D attention mask (each
-new token sees the prompt, the slots of its own ancestors and itself) and
+and a batch of new nodes (each a child of the prompt, of an evaluated node or
+of a node earlier in the same batch, so a whole chain fits) is run in ONE
+forward pass of B query tokens with a 4D attention mask (each new token sees
+the prompt, the slots of its own ancestors and itself) and
 ``position_ids = len(prompt) + depth - 1``. Every node's token therefore goes
 through the model exactly once, and the answer equals full recomputation up
 to float rounding (tests/test_llm.py checks it).
@@ -89,6 +90,7 @@ class HFSource(LogitsSource):
         self.forward_seconds = 0.0  # wall time inside model forward passes
         self.forward_calls = 0
         self.forward_tokens = 0
+        self.max_pass_nodes = 256  # tree nodes per forward pass (bounds the [nodes, V] logits of one pass)
 
     def encode(self, text: str) -> list[int]:
         ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
@@ -133,19 +135,23 @@ class HFContext(Context):
         self.answers: dict[tuple[int, ...], np.ndarray] = {(): self.root}
 
     def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
-        """Evaluate nodes whose parents all have slots, in one forward pass."""
+        """Evaluate nodes in one forward pass; each node's parent has a slot or comes earlier in ``nodes``."""
         torch = _torch()
         src = self.src
         if self.tree_cache is None:
             self.tree_cache = copy.deepcopy(self.prompt_cache)
         S = len(self.slots) - 1  # slots used so far
         B = len(nodes)
+        slots = {n: S + i for i, n in enumerate(nodes)}
         allowed = torch.zeros((B, self.L + S + B), dtype=torch.bool)
         allowed[:, : self.L] = True
+        rows, cols = [], []
         for i, node in enumerate(nodes):
-            for d in range(1, len(node)):
-                allowed[i, self.L + self.slots[node[:d]]] = True
-            allowed[i, self.L + S + i] = True
+            for d in range(1, len(node) + 1):
+                a = node[:d]
+                rows.append(i)
+                cols.append(self.L + (self.slots[a] if a in self.slots else slots[a]))
+        allowed[torch.tensor(rows), torch.tensor(cols)] = True
         mask = torch.zeros(allowed.shape, dtype=src.dtype)
         mask.masked_fill_(~allowed, torch.finfo(src.dtype).min)
         ids = torch.tensor([[n[-1] for n in nodes]], device=src.device)
@@ -163,17 +169,18 @@ class HFContext(Context):
             self.answers[n] = rows[i]
 
     def logprobs(self, prefixes):
+        """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
+        up to ``max_pass_nodes`` per forward pass (a whole chain in one pass)."""
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
-        # missing ancestors first: each pass runs every missing node whose parent is known
         need = set()
         for p in prefixes:
             for d in range(1, len(p) + 1):
                 if p[:d] not in self.answers:
                     need.add(p[:d])
-        while need:
-            ready = sorted(n for n in need if n[:-1] in self.answers)
-            self._tree_step(ready)
-            need.difference_update(ready)
+        order = sorted(need, key=lambda n: (len(n), n))
+        step = self.src.max_pass_nodes
+        for i in range(0, len(order), step):
+            self._tree_step(order[i : i + step])
         return np.stack([self.answers[p] for p in prefixes])
 
     def walker(self, n: int) -> HFWalker:

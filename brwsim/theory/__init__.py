@@ -8,6 +8,8 @@ are X + 1).
   :func:`asymptotic` (a large-P prediction);
 * from spine walks, for any law: the splitting and dual bounds
   (:func:`spine_bounds` from sampled surprisals, :func:`law_spine_bounds`);
+* the imperfect-knowledge bound of top-P-by-Q drafting (:func:`threshold_bound`,
+  :func:`lorden`);
 * :class:`Bounds`: all of them at one P, labelled rigorous / prediction /
   i.i.d.-only, built by :func:`bounds_from_curves`.
 """
@@ -25,6 +27,7 @@ from ._bounds import (
     spine_bounds,
 )
 from ._closed_forms import CLOSED_FORM, asymptotic, renewal, renewal_formula, theorem1_leading
+from ._imperfect import lorden, threshold_bound, threshold_counts
 from ._moments import moments, sample_moments
 
 __all__ = [
@@ -38,6 +41,9 @@ __all__ = [
     "check_P_values",
     "check_margin_z",
     "check_walks",
+    "lorden",
+    "threshold_bound",
+    "threshold_counts",
     "law_spine_bounds",
     "moments",
     "renewal",

@@ -1,0 +1,55 @@
+"""``temp``: an i.i.d. law at sampling temperature T (every node's log-probabilities through log_softmax(logp / T)).
+
+SPEC: ``temp:T=0.7,law=dirichlet:V=1000,alpha=0.1`` (``law=`` last; the inner
+law must be i.i.d.). The synthetic counterpart of ``brwsim llm
+--temperature T``: the same transform on every node (docs/llm.md,
+"Temperature"). Moments are by Monte Carlo.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from .._registry import data_field
+from .._spec import Spec, number
+from ..errors import BrwsimError
+from ._base import Law, parse_law, register
+
+
+@register("temp")
+class Temp(Law):
+    """``law`` with every node's distribution p replaced by p^(1/T) / sum p^(1/T)."""
+
+    law: Law = data_field(default=None)
+    T: float = 1.0
+    law_text: str = ""
+
+    spec_keys = ({"T", "law"}, set())
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> Temp:
+        T = number(spec, "T", lo=0, lo_open=True)
+        text = spec.params["law"]
+        if not text:
+            raise BrwsimError(f"{spec.where}: law= needs a law SPEC, e.g. temp:T=0.7,law=dirichlet:V=1000,alpha=0.1")
+        inner = parse_law(text)
+        if not inner.is_iid:
+            raise BrwsimError(f"{spec.where}: the inner law must be i.i.d. (temperature of a Markov law is not built)")
+        return cls(law=inner, T=float(T), law_text=text)
+
+    def spec(self) -> str:
+        return f"temp:T={self.T:g},law={self.law_text or self.law.spec()}"
+
+    @property
+    def vocab(self) -> int:
+        return self.law.vocab
+
+    def full_logp(self, key, state):
+        return jax.nn.log_softmax(self.law.full_logp(key, state) / self.T)
+
+    @property
+    def deterministic(self) -> bool:
+        return self.law.deterministic
+
+    def check_budget(self, P: int) -> None:
+        self.law.check_budget(P)
