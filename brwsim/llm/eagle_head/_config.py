@@ -69,7 +69,9 @@ class HeadConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-QUICK = HeadConfig(seq_len=32, train_chunks=6, heldout_chunks=2, chunks_per_file=2, steps=12, batch=2, warmup=2)
+QUICK = HeadConfig(
+    seq_len=32, train_chunks=6, heldout_chunks=2, chunks_per_file=2, steps=12, batch=2, warmup=2, lr=3e-3
+)
 FULL = HeadConfig()
 
 

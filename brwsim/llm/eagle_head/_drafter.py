@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ...errors import BrwsimError
+from ._config import HeadConfig
 from ._model import Head
 from ._target import decode, features, parts, rope
 
@@ -31,6 +32,7 @@ class EagleDraftModel:
 
     def __init__(self, target, head: Head, meta: dict, name: str = "eagle-head"):
         self.target, self.head, self.meta, self.name = target, head.eval(), meta, name
+        self.head_config = HeadConfig(**meta["config"])
         self.vocab_size = int(target.vocab_size)
         self.eos_ids = target.eos_ids
 

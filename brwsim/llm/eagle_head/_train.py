@@ -46,6 +46,28 @@ def target_tables(model, ids: np.ndarray, topk: int, desc: str, progress: bool) 
     return torch.cat(fs), torch.cat(tops)
 
 
+def tables(model, ids, hid, topk: int, path: Path, progress: bool) -> tuple:
+    """(train features, their top-k next tokens, held-out features, whether they came from ``path``).
+
+    The target's tables depend on the data, the target and ``topk`` only, so
+    they are kept in the cache beside the heads and shared by every config
+    that reads the same windows.
+    """
+    if path.is_file():
+        try:
+            t = torch.load(path, weights_only=True)
+            return t["f"], t["tops"], t["hf"], True
+        except (OSError, RuntimeError, KeyError):
+            pass  # recomputed below
+    f, tops = target_tables(model, ids, topk, "eagle head: target features", progress)
+    hf, _ = target_tables(model, hid, 1, "eagle head: held-out features", progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save({"f": f, "tops": tops, "hf": hf}, tmp)
+    os.replace(tmp, path)
+    return f, tops, hf, False
+
+
 def _schedule(cfg: HeadConfig, step: int) -> float:
     if step < cfg.warmup:
         return (step + 1) / cfg.warmup
@@ -71,7 +93,7 @@ def fit(head: Head, model, f, ids, tops, cfg: HeadConfig, progress: bool = True)
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         sched.step()
-        history.append(float(total))
+        history.append(float(total.detach()))
         bar.set_postfix(loss=f"{history[-1]:.4f}")
     return history
 
@@ -80,7 +102,9 @@ def evaluate(head: Head, model, f, ids, depths: int = EVAL_DEPTHS) -> list[dict]
     """Held-out KL(p || q) and top-1 agreement at drafting depths 1..``depths`` (95% CI over windows)."""
     head.eval()
     toks = torch.as_tensor(ids)
-    rows = torch.cat([heldout_stats(head, model, f[a : a + 2], toks[a : a + 2], depths) for a in range(0, len(ids), 2)], 1)
+    rows = torch.cat(
+        [heldout_stats(head, model, f[a : a + 2], toks[a : a + 2], depths) for a in range(0, len(ids), 2)], 1
+    )
     out = []
     for d in range(depths):
         kl, kl_ci = mean_ci95(rows[d, :, 0].tolist())
@@ -115,7 +139,9 @@ def load(model, dest: Path) -> tuple[Head, dict] | None:
         head = head_for(model, float(state["scale"]))
         head.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise BrwsimError(f"cached eagle head {dest} is unreadable ({type(e).__name__}); delete it to retrain") from None
+        raise BrwsimError(
+            f"cached eagle head {dest} is unreadable ({type(e).__name__}); delete it to retrain"
+        ) from None
     if meta.get("format") != FORMAT or state_sha256(head) != meta.get("sha256"):
         raise BrwsimError(f"cached eagle head {dest} does not match its metadata; delete it to retrain")
     return head.eval(), meta
@@ -128,7 +154,8 @@ def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Hea
     tok, model = target.tokenizer, target.model
     ids, files = _data.chunks(tok, cfg.train_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, heldout=False)
     hid, hfiles = _data.chunks(tok, cfg.heldout_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, heldout=True)
-    key = cfg.key({"data": _data.data_spec(ids, hid), "target": fingerprint(target)})
+    data, fp = _data.data_spec(ids, hid), fingerprint(target)
+    key = cfg.key({"data": data, "target": fp})
     dest = head_dir(target, key)
     cached = load(model, dest)
     if cached is not None:
@@ -138,8 +165,8 @@ def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Hea
     for p in model.parameters():
         p.requires_grad_(False)
     t1 = time.perf_counter()
-    f, tops = target_tables(model, ids, cfg.topk, "eagle head: target features", progress)
-    hf, _ = target_tables(model, hid, 1, "eagle head: held-out features", progress)
+    fkey = hashlib.sha256(json.dumps([data, fp, cfg.topk], sort_keys=True).encode()).hexdigest()[:16]
+    f, tops, hf, cached_features = tables(model, ids, hid, cfg.topk, dest.parent / f"features-{fkey}.pt", progress)
     t2 = time.perf_counter()
     scale = float(f.pow(2).mean().sqrt())
     head = head_for(model, scale)
@@ -156,6 +183,8 @@ def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Hea
         "heldout_files": len(hfiles),
         "loss": history,
         "heldout": evaluate(head, model, hf, hid),
+        "train_windows": evaluate(head, model, f[: len(hid)], ids[: len(hid)]),
+        "features_cached": cached_features,
         "seconds": {"data": t1 - t0, "features": t2 - t1, "training": t3 - t2, "eval": time.perf_counter() - t3},
         "sha256": state_sha256(head),
     }
