@@ -30,9 +30,9 @@ class HeadConfig:
     train_chunks: int = 160
     heldout_chunks: int = 16
     chunks_per_file: int = 4
-    steps: int = 160
+    steps: int = 600
     batch: int = 8
-    lr: float = 1e-3
+    lr: float = 1.5e-3
     warmup: int = 10
     unroll: int = 2
     w_feat: float = 1.0
