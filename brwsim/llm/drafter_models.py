@@ -387,7 +387,10 @@ def calibrate(target, draft, ids: Sequence[int], T: float = 1.0, K: int = 128, t
     ``target_rows``: the target's teacher-forced rows at temperature 1, if already computed.
     """
     lp = temper(teacher_forced(target.open(ids[:1]), ids) if target_rows is None else target_rows, T)
-    lq = temper(teacher_forced(draft.context(ids[:1]), ids), T)
+    if hasattr(draft, "teacher_forced_rows"):  # a head that reads the target's features: rows from ids[:2] on
+        lp, lq = lp[1:], temper(draft.teacher_forced_rows(ids), T)
+    else:
+        lq = temper(teacher_forced(draft.context(ids[:1]), ids), T)
     d = row_divergences(lp, lq)
     K = min(K, lq.shape[1])
     order = np.argpartition(-lq, K - 1, axis=1)[:, :K]

@@ -39,6 +39,21 @@ class EagleDraftModel:
     def context(self, prompt_ids: Sequence[int], temperature: float = 1.0) -> EagleContext:
         return EagleContext(self, [int(t) for t in prompt_ids], float(temperature))
 
+    def teacher_forced_rows(self, ids: Sequence[int]) -> np.ndarray:
+        """Held-out rows: the head's next-token log-probs after ``ids[:2]``, ..., ``ids[:-1]`` (``[len(ids) - 2, V]``),
+        each from the target's features of every token before it (drafting depth 1, as at the root of a tree)."""
+        if len(ids) < 3:
+            raise BrwsimError("the eagle head's held-out rows need at least 3 tokens")
+        model = self.target.model
+        t = torch.tensor([[int(x) for x in ids]])
+        n = t.shape[1] - 1
+        with torch.inference_mode():
+            f = features(model, t[:, :-1])
+            cos, sin = rope(model, torch.arange(n)[None])
+            mask = torch.ones(n, n, dtype=torch.bool).tril()
+            out, _, _ = self.head.layer(self.head.embed_in(f, parts(model)[3](t[:, 1:])), cos, sin, mask=mask)
+            return torch.log_softmax(decode(model, out[0, :-1]).float(), dim=-1).numpy()
+
 
 class EagleContext:
     """Questions about the drafter's tree below one prompt; ``passes`` counts head forward passes."""
