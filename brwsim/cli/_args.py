@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ..errors import BrwsimError
 
 
@@ -11,3 +13,12 @@ def P_list(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise BrwsimError(f"--P must be a comma-separated list of integers, e.g. 1,4,16; got {text!r}") from None
+
+
+def emit(args, d: dict, printer) -> int:
+    """Print ``d`` as one JSON object with ``--json``, else with ``printer``; the command's exit status (0)."""
+    if args.json:
+        print(json.dumps(d))
+    else:
+        printer(d)
+    return 0

@@ -10,8 +10,6 @@ i.i.d.-only closed forms. All values count X = accepted draft tokens per call
 
 from __future__ import annotations
 
-import json
-
 import jax
 import numpy as np
 
@@ -20,7 +18,7 @@ from ..errors import check_P_list, check_positive_int
 from ..laws import parse_law
 from ..spine import SpineCurves, law_curves
 from ..theory import KINDS, bounds_from_curves, moments
-from ._args import P_list
+from ._args import P_list, emit
 from ._table import bound_cells, bound_groups, bound_header, bound_notes, group_header
 
 
@@ -93,11 +91,7 @@ def print_summary(d: dict) -> None:
 
 def _cmd(args) -> int:
     d = laws_summary(args.law, P_list(args.P), walks=args.walks, seed=args.seed)
-    if args.json:
-        print(json.dumps(d))
-    else:
-        print_summary(d)
-    return 0
+    return emit(args, d, print_summary)
 
 
 def add_parser(sub) -> None:

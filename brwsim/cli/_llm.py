@@ -13,14 +13,13 @@ module imports without torch: the extra is checked when run.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from ..llm import require_llm
 from ..llm.drafter_report import print_drafters
 from ..llm.early_exit import print_drafter
 from ..llm.run import run_llm
-from ._args import P_list
+from ._args import P_list, emit
 from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header
 
 
@@ -82,11 +81,7 @@ def _cmd(args) -> int:
         heldout_tokens=args.heldout_tokens,
         log=None if args.json else (lambda m: print(m, file=sys.stderr)),
     )
-    if args.json:
-        print(json.dumps(d))
-    else:
-        print_llm(d)
-    return 0
+    return emit(args, d, print_llm)
 
 
 def add_parser(sub) -> None:

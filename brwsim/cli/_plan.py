@@ -34,7 +34,7 @@ from ..speedup import (
     speedup_table,
     verify_cost,
 )
-from ._args import P_list
+from ._args import P_list, emit
 
 COST_WORD = {"measured": "measured here", "modelled": "modelled", "table": "user table"}
 
@@ -146,11 +146,7 @@ def _cmd(args) -> int:
     if sum(x is not None for x in (args.law, args.model, args.from_json)) != 1:
         raise BrwsimError("give exactly one of --law SPEC, --model M or --from-json FILE")
     tables = tables_for(args)
-    if args.json:
-        print(json.dumps({"tables": [t.to_dict() for t in tables]}))
-    else:
-        print_plan(tables)
-    return 0
+    return emit(args, {"tables": [t.to_dict() for t in tables]}, lambda _: print_plan(tables))
 
 
 def add_parser(sub) -> None:

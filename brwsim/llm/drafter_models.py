@@ -4,7 +4,10 @@ A *draft model* has ``.name`` and ``.context(prompt_ids) -> DraftContext``;
 a DraftContext has ``.logprobs(prefixes) -> f32[len(prefixes), V]`` (the
 drafter's next-token log-probabilities at temperature 1 after prompt +
 prefix; ``()`` is the root) and ``.passes`` (drafter forward passes so far).
-Temperature is applied by the caller on the rows. A *proposer* (``lookup``)
+Optionally ``.teacher_forced_rows(ids)``: held-out rows after ``ids[:2]``,
+..., ``ids[:-1]``, for a drafter that cannot open a context on one token (the
+EAGLE head reads the target's features); :func:`calibrate` uses it when
+present. Temperature is applied by the caller on the rows. A *proposer* (``lookup``)
 has no q: ``.propose(context_ids, P)`` gives token paths.
 
 Specs (:func:`parse_llm_drafter`; every error is one line):
