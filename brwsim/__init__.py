@@ -22,6 +22,7 @@ bounds), :mod:`brwsim.specsampling` (stochastic verification),
 private. docs/architecture.md describes the layout.
 """
 
+from ._cache import enable_compilation_cache, user_cache_dir
 from ._devices import one_cpu_device_per_core, resolve_devices
 from ._keys import Stream, stream_key, tree_keys
 from ._lowering import unrolled_threefry
@@ -50,6 +51,7 @@ __all__ = [
     "Stream",
     "__version__",
     "clear_caches",
+    "enable_compilation_cache",
     "entropy_moments",
     "one_cpu_device_per_core",
     "oracle_values",
@@ -58,6 +60,7 @@ __all__ = [
     "simulate",
     "start_processes",
     "stream_key",
+    "user_cache_dir",
     "tree_keys",
     "unrolled_threefry",
 ]

@@ -62,6 +62,7 @@ def parser(name: str, doc: str | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog=f"python -m experiments.{name}", description=doc)
     p.add_argument("--quick", action="store_true", help="small run (seconds), for tests and a first look")
     p.add_argument("--seed", type=int, default=0)
+    brwsim.enable_compilation_cache()  # as the brwsim command: compiled programs kept in the user cache
     return p
 
 

@@ -48,9 +48,14 @@ def settings(quick: bool, seed: int) -> dict:
     if not quick:
         drafters[1:1] = ["layerskip:auto,n=8"]
         drafters[3:3] = ["lowbit:bits=3"]
+    head = None
     if importlib.util.find_spec("brwsim.llm.eagle_head") is not None:
+        from brwsim.llm import eagle_head
+
         drafters.append("eagle-head:quick" if quick else "eagle-head")
+        head = (eagle_head.QUICK if quick else eagle_head.FULL).to_dict()  # a new head config: new points
     base = dict(model="smollm2-135m", prompts="humaneval,pydoc", seed=seed, batch=4, threads=1, drafters=drafters)
+    base["head"] = head
     if quick:
         return base | dict(n=1, P=[1, 2, 4, 8], walks=8, depth=8, check_samples=40, check_P=4, heldout=48)
     return base | dict(n=4, P=[1, 2, 4, 8, 16, 32, 64, 128], walks=8, depth=32, check_samples=150, check_P=32,
@@ -114,7 +119,7 @@ def prompt_point(params: dict, prompt) -> dict:
         print(f"{prompt.task} {prompt.id}: {secs:.1f} s", flush=True)
         return [_point_rows(prompt, pr, drs, secs)]
 
-    keys = ("model", "drafters", "P", "walks", "depth", "seed", "batch", "check_samples", "check_P", "heldout")
+    keys = ("model", "drafters", "head", "P", "walks", "depth", "seed", "batch", "check_samples", "check_P", "heldout")
     spec = {k: params[k] for k in keys} | {"task": prompt.task, "id": prompt.id, "text": prompt.text}
     return common.cached(NAME, spec | {"version": brwsim.__version__}, compute)[0]
 
@@ -130,7 +135,7 @@ def _calibration(params: dict) -> dict:
             for d, c in zip(drafters, cal, strict=True)
         ]
 
-    keys = ("model", "drafters", "heldout")
+    keys = ("model", "drafters", "head", "heldout")
     return {r["name"]: r for r in common.cached(NAME + "_cal", {k: params[k] for k in keys}, compute)}
 
 

@@ -11,9 +11,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
+import brwsim  # noqa: E402
 from brwsim.laws import markov_law, parse_law  # noqa: E402
 from brwsim.testing import table_law  # noqa: E402
 
+brwsim.enable_compilation_cache()  # compiled programs shared with the CLI subprocesses the tests start
 jax.config.update("jax_enable_x64", False)  # brwsim computes in float32; the tests check that
 settings.register_profile("brwsim", deadline=None, derandomize=True)  # fixed examples: same run every time
 settings.load_profile("brwsim")

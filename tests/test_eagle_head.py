@@ -136,20 +136,23 @@ def test_prefixes_are_cached_one_head_step_per_new_node(drafter):
 
 
 def test_drafting_equals_the_training_unroll(tiny, drafter):
-    """A depth-1 node of a drafted tree is the head's depth-2 prediction of training (same inputs, same mask)."""
+    """A depth-d node of a drafted tree is the head's depth-(d + 1) prediction of training (same inputs, same mask)."""
     import torch
 
     from brwsim.llm.eagle_head._target import decode, features
     from brwsim.llm.eagle_head._unroll import unroll
 
-    toks = torch.tensor([PROMPT])
+    ids = PROMPT + [311]
+    toks = torch.tensor([ids])
     with torch.no_grad():
-        outs = unroll(drafter.head, tiny.model, features(tiny.model, toks), toks, 2)
+        outs = unroll(drafter.head, tiny.model, features(tiny.model, toks), toks, 3)
         want_root = torch.log_softmax(decode(tiny.model, outs[0][0, 4]), -1).numpy()
         want_child = torch.log_softmax(decode(tiny.model, outs[1][0, 5]), -1).numpy()
+        want_grandchild = torch.log_softmax(decode(tiny.model, outs[2][0, 6]), -1).numpy()
     ctx = drafter.context(PROMPT[:6])  # features of tokens 0..4, last token PROMPT[5]
     np.testing.assert_allclose(ctx.root, want_root, atol=2e-4)
     np.testing.assert_allclose(ctx.logprobs([(PROMPT[6],)])[0], want_child, atol=2e-4)
+    np.testing.assert_allclose(ctx.logprobs([(ids[6], ids[7])])[0], want_grandchild, atol=2e-4)
 
 
 def test_bad_config_and_inputs_are_one_line_errors(tiny, drafter):

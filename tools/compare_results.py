@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 TIMING_KEYS = {"seconds", "model_phase_seconds", "forward_seconds", "total_seconds"}
-TIMING_STATISTICS = {"forward_fraction"}
+TIMING_STATISTICS = {"forward_fraction", "model_phase_seconds"}
 
 
 def _rows(path: Path) -> list:

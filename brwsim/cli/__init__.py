@@ -14,6 +14,7 @@ import os
 import sys
 
 from .. import _processes as processes
+from .._cache import enable_compilation_cache
 from .._devices import one_cpu_device_per_core
 from .._lowering import unrolled_threefry
 from ..errors import BrwsimError
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     one_cpu_device_per_core()
     args = build_parser().parse_args(argv)
     try:
+        enable_compilation_cache()  # a second call of the command does not compile again
         processes.start(args.coordinator, args.num_processes, args.process_id, auto=args.distributed == "auto")
         with unrolled_threefry(), _quiet_unless_main():  # the whole run: same random bits, faster on CPU
             return args.func(args)

@@ -23,6 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
+from .._cache import user_cache_dir
 from ..errors import BrwsimError
 from . import require_llm
 from .hf import HFSource
@@ -37,11 +38,8 @@ MODELS = {
 
 
 def cache_dir() -> Path:
-    """The user cache directory for converted models."""
-    if os.environ.get("BRWSIM_CACHE"):
-        return Path(os.environ["BRWSIM_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "brwsim"
+    """The user cache directory (converted models, trained heads): :func:`brwsim._cache.user_cache_dir`."""
+    return user_cache_dir()
 
 
 def smollm2_gguf() -> Path:
