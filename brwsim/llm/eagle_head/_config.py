@@ -72,7 +72,7 @@ class HeadConfig:
 QUICK = HeadConfig(
     seq_len=32, train_chunks=6, heldout_chunks=2, chunks_per_file=2, steps=12, batch=2, warmup=2, lr=3e-3
 )
-FULL = HeadConfig()
+FULL = HeadConfig(train_chunks=1200, unroll=3)
 
 
 def config_from(quick: bool, **overrides) -> HeadConfig:
