@@ -5,8 +5,8 @@
 
 ``table`` is the table law's ``[rows, V]`` float32 log-probabilities (sorted
 rows), ``roots`` the trees' root rows. The shared library is compiled with
-``cc -O3 -march=native`` into the user cache directory (``$XDG_CACHE_HOME`` or
-``~/.cache``, then ``brwsim/bench``), keyed by a hash of the source and flags,
+``cc -O3 -march=native`` into the user cache directory (``brwsim.user_cache_dir()``,
+then ``bench/``), keyed by a hash of the source and flags,
 so a changed source rebuilds. ``threads`` > 1 splits the trees into that many
 contiguous chunks run by Python threads (ctypes releases the GIL during the
 call), one per core.
@@ -24,14 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from brwsim import user_cache_dir
+
 SOURCE = Path(__file__).with_name("reference_oracle.c")
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC"]
 _LIB: list = []
-
-
-def _cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "brwsim" / "bench"
 
 
 def compiler() -> str | None:
@@ -48,7 +45,7 @@ def load():
         raise SystemExit("the compiled reference needs a C compiler: install gcc or set CC")
     src = SOURCE.read_bytes()
     tag = hashlib.sha256(src + " ".join([cc, *FLAGS]).encode()).hexdigest()[:16]
-    so = _cache() / f"reference_oracle-{tag}.so"
+    so = user_cache_dir() / "bench" / f"reference_oracle-{tag}.so"
     if not so.exists():
         so.parent.mkdir(parents=True, exist_ok=True)
         tmp = so.with_suffix(f".{os.getpid()}.tmp")

@@ -60,7 +60,7 @@ __all__ = [
     "simulate",
     "start_processes",
     "stream_key",
-    "user_cache_dir",
     "tree_keys",
     "unrolled_threefry",
+    "user_cache_dir",
 ]

@@ -54,8 +54,8 @@ def settings(quick: bool, seed: int) -> dict:
 
         drafters.append("eagle-head:quick" if quick else "eagle-head")
         head = (eagle_head.QUICK if quick else eagle_head.FULL).to_dict()  # a new head config: new points
-    base = dict(model="smollm2-135m", prompts="humaneval,pydoc", seed=seed, batch=4, threads=1, drafters=drafters)
-    base["head"] = head
+    base = dict(model="smollm2-135m", prompts="humaneval,pydoc", seed=seed, batch=4, threads=1, drafters=drafters,
+                head=head)  # fmt: skip
     if quick:
         return base | dict(n=1, P=[1, 2, 4, 8], walks=8, depth=8, check_samples=40, check_P=4, heldout=48)
     return base | dict(n=4, P=[1, 2, 4, 8, 16, 32, 64, 128], walks=8, depth=32, check_samples=150, check_P=32,

@@ -188,15 +188,15 @@ def test_inputs_too_large_for_the_machine_are_one_line_errors(argv, needle, caps
 
 def test_compiled_programs_kept_on_disk_give_the_same_numbers(tmp_path):
     """A second process loads XLA's compiled programs from the cache: same JSON, bit for bit."""
-    cmd = [sys.executable, "-m", "brwsim", "simulate", "--law", "dirichlet:V=8,alpha=0.5", "--P", "1,5"]
-    cmd += ["--trees", "40"]
+    cmd = [sys.executable, "-m", "brwsim", "simulate", "--law", "dirichlet:V=8,alpha=0.5", "--P", "1,5", "--trees"]
     env = dict(os.environ, BRWSIM_XLA_CACHE=str(tmp_path / "xla"))
     runs = []
     for _ in range(2):
-        out = subprocess.run(cmd + ["--json"], capture_output=True, text=True, env=env, timeout=300, check=True).stdout
+        run = subprocess.run(cmd + ["40", "--json"], capture_output=True, text=True, env=env, timeout=300, check=True)
+        out = run.stdout
         runs.append({k: v for k, v in json.loads(out).items() if k != "seconds"})
         assert any((tmp_path / "xla").iterdir()), "the first run kept no compiled program"
     assert runs[0] == runs[1]
     env |= {"BRWSIM_XLA_CACHE": "off", "BRWSIM_CACHE": str(tmp_path / "user")}
-    subprocess.run(cmd[:-2] + ["--trees", "4"], capture_output=True, env=env, timeout=300, check=True)
+    subprocess.run(cmd + ["4"], capture_output=True, env=env, timeout=300, check=True)
     assert not (tmp_path / "user" / "xla").exists()

@@ -27,14 +27,14 @@ class HeadConfig:
     """
 
     seq_len: int = 128
-    train_chunks: int = 160
+    train_chunks: int = 1200
     heldout_chunks: int = 16
     chunks_per_file: int = 4
     steps: int = 600
     batch: int = 8
     lr: float = 1.5e-3
     warmup: int = 10
-    unroll: int = 2
+    unroll: int = 3
     w_feat: float = 1.0
     w_kl: float = 0.5
     topk: int = 16
@@ -70,9 +70,9 @@ class HeadConfig:
 
 
 QUICK = HeadConfig(
-    seq_len=32, train_chunks=6, heldout_chunks=2, chunks_per_file=2, steps=12, batch=2, warmup=2, lr=3e-3
+    seq_len=32, train_chunks=6, heldout_chunks=2, chunks_per_file=2, steps=12, batch=2, warmup=2, lr=3e-3, unroll=2
 )
-FULL = HeadConfig(train_chunks=1200, unroll=3)
+FULL = HeadConfig()
 
 
 def config_from(quick: bool, **overrides) -> HeadConfig:
