@@ -1,6 +1,16 @@
-"""Break each formula on purpose in a scratch copy of the repository and check that the tests go red.
+"""Mutation testing: hand-picked formula breaks, and mutmut over the core, one module at a time.
 
-    python tools/mutation_check.py [TEST FILES...]
+    python tools/mutation_check.py [TEST FILES...]          # the hand-picked mutations below
+    python tools/mutation_check.py mutmut MODULE [--before]  # mutmut on one core module (docs/testing.md)
+
+MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
+copies the working tree (brwsim/, tests/, pyproject.toml) to a scratch
+directory, narrows ``[tool.mutmut]`` to that module's files and tests (its
+exact tests ``tests/test_exact_*.py`` plus the module's own test files;
+``--before``: without the exact tests), runs ``mutmut run`` under ``nice``
+and prints mutmut's counts. mutmut mutates function bodies only: module-level
+constants and decorated (e.g. jitted) functions are not mutated, which is
+why the hand-picked list below also breaks constants.
 
 Each mutation below replaces one exact line of a formula (a closed form, the
 confidence margin, the Markov rank dependence, the long-run law, a moment) in
@@ -10,6 +20,7 @@ the suite). The worktree is removed at the end.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,7 +90,68 @@ MUTATIONS = [
 ]
 
 
+EXACT = [
+    "tests/test_exact_stats.py",
+    "tests/test_exact_laws.py",
+    "tests/test_exact_spine.py",
+    "tests/test_exact_drafters.py",
+    "tests/test_exact_speedup.py",
+]
+# module -> (files mutmut mutates, the module's own test files)
+MODULES = {
+    "_stats": (["brwsim/_stats.py"], ["tests/test_estimate.py"]),
+    "_moments": (["brwsim/_moments.py"], ["tests/test_laws.py"]),
+    "theory": (["brwsim/theory/*"], ["tests/test_theory.py", "tests/test_bounds_property.py"]),
+    "spine": (["brwsim/spine/*"], ["tests/test_spine.py", "tests/test_bounds_property.py"]),
+    "laws": (["brwsim/laws/*"], ["tests/test_laws.py"]),
+    "drafters": (["brwsim/drafters/*"], ["tests/test_drafters.py"]),
+    "specsampling": (["brwsim/specsampling/*"], ["tests/test_specsampling.py"]),
+    "speedup": (["brwsim/speedup/*"], ["tests/test_speedup.py"]),
+    "oracle": (["brwsim/oracle/*", "brwsim/tree.py"], ["tests/test_oracle.py"]),
+    "estimate": (["brwsim/estimate.py"], ["tests/test_estimate.py"]),
+}
+
+
+def _toml_list(xs) -> str:
+    return "[" + ", ".join(f'"{x}"' for x in xs) + "]"
+
+
+def run_mutmut(module: str, before: bool) -> int:
+    """mutmut on one module in a scratch copy; prints the counts (killed, survived, ...)."""
+    files, tests = MODULES[module]
+    tests = tests if before else [*EXACT, *tests]
+    tests = [t for t in tests if os.path.exists(os.path.join(SRC, t))]
+    dst = os.path.join(tempfile.gettempdir(), f"brwsim-mutmut-{module}{'-before' if before else ''}")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for d in ("brwsim", "tests"):
+        shutil.copytree(os.path.join(SRC, d), os.path.join(dst, d), ignore=shutil.ignore_patterns("__pycache__"))
+    text = open(os.path.join(SRC, "pyproject.toml")).read()
+    text = re.sub(r"only_mutate = \[[^\]]*\]", f"only_mutate = {_toml_list(files)}", text)
+    text = re.sub(
+        r"pytest_add_cli_args_test_selection = \[[^\]]*\]",
+        f"pytest_add_cli_args_test_selection = {_toml_list(tests)}",
+        text,
+    )
+    open(os.path.join(dst, "pyproject.toml"), "w").write(text)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutants/ must be the brwsim imported
+    env["JAX_PLATFORMS"] = "cpu"
+    t0 = time.time()
+    mutmut = [sys.executable, "-m", "mutmut"]
+    subprocess.run(["nice", "-n", "15", *mutmut, "run", "--max-children", "1"], cwd=dst, env=env)
+    out = subprocess.run([*mutmut, "results", "--all", "true"], cwd=dst, env=env, capture_output=True, text=True)
+    counts: dict[str, int] = {}
+    for line in out.stdout.splitlines():
+        if ": " in line:
+            status = line.rsplit(": ", 1)[1].strip()
+            counts[status] = counts.get(status, 0) + 1
+    print(f"{module}{' (before)' if before else ''}: {counts} in {time.time() - t0:.0f} s; tests {tests}; dir {dst}")
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["mutmut"]:
+        return run_mutmut(sys.argv[2], "--before" in sys.argv[3:])
     tests = sys.argv[1:] or [
         "tests/test_theory.py",
         "tests/test_bounds_property.py",

@@ -1,0 +1,141 @@
+"""The statistics and the entropy moments against numbers computed by hand (no call compares the code with itself)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from brwsim._moments import Moments, StateMoments, entropy_moments
+from brwsim._stats import MARGIN_Z, Z95, RunningStat, Stat, mean_ci95, sample_chunks
+
+LN2 = math.log(2.0)
+
+
+def test_z95_is_the_normal_975_quantile():
+    assert Z95 == pytest.approx(sps.norm.ppf(0.975), abs=1e-12)
+    assert MARGIN_Z == pytest.approx(sps.norm.ppf(0.975), abs=5e-3)  # the rounded 1.96, not 1.645 or 2.576
+
+
+def test_stat_of_four_values():
+    s = Stat.of([1.0, 2.0, 3.0, 4.0])  # mean 2.5, sample variance 5/3, se sqrt(5/12)
+    assert (s.mean, s.n) == (2.5, 4)
+    assert s.se == pytest.approx(math.sqrt(5 / 12), rel=1e-12)
+    assert s.ci95 == pytest.approx(1.959963984540054 * math.sqrt(5 / 12), rel=1e-12)
+    one = Stat.of([7.0])
+    assert one.mean == 7.0 and one.n == 1 and math.isnan(one.se)
+
+
+def test_stat_of_two_dimensional_samples_uses_the_first_axis():
+    s = Stat.of(np.array([[0.0, 1.0], [2.0, 3.0]]))
+    assert s.n == 2 and s.mean == 1.5
+
+
+class _SmallBlock(RunningStat):
+    BLOCK = 4  # folds every four values: the pairwise update runs several times on ten values
+
+
+@pytest.mark.parametrize("cls", [RunningStat, _SmallBlock])
+@pytest.mark.parametrize("pieces", [[10], [3, 3, 4], [1] * 10, [4, 4, 2], [5, 5]])
+def test_running_stat_of_one_to_ten(cls, pieces):
+    r, v = cls(), np.arange(1.0, 11.0)  # mean 5.5, sample variance 10 * 11 / 12
+    i = 0
+    for k in pieces:
+        r.add(v[i : i + k] if k > 1 else float(v[i]))
+        i += k
+        assert r.n == i
+    s = r.stat()
+    assert (s.mean, s.n) == (5.5, 10)
+    assert s.se == pytest.approx(math.sqrt(110 / 12 / 10), rel=1e-12)
+    r.add([5.5])  # an eleventh value at the mean: squared deviations still 82.5, sample variance 82.5 / 10
+    s = r.stat()
+    assert (s.mean, s.n) == (5.5, 11)
+    assert s.se == pytest.approx(math.sqrt(8.25 / 11), rel=1e-12)
+
+
+def test_running_stat_one_and_none():
+    r = _SmallBlock()
+    r.add(3.0)
+    s = r.stat()
+    assert s.mean == 3.0 and s.n == 1 and math.isnan(s.se)
+    r = _SmallBlock()
+    r.add(np.arange(4.0))
+    r.add(np.arange(4.0, 5.0))  # one full block folded, one value after it
+    r.add(np.arange(5.0, 6.0))
+    s = r.stat()  # 0..5: mean 2.5, sample variance 3.5
+    assert (s.mean, s.n) == (2.5, 6) and s.se == pytest.approx(math.sqrt(3.5 / 6), rel=1e-12)
+
+
+def test_running_stat_exactly_one_full_block():
+    r = _SmallBlock()
+    r.add([2.0, 4.0, 4.0, 6.0])  # mean 4, sample variance 8/3
+    s = r.stat()
+    assert (s.mean, s.n) == (4.0, 4) and s.se == pytest.approx(math.sqrt(8 / 3 / 4), rel=1e-12)
+    s = r.stat()  # a second call gives the same
+    assert (s.mean, s.n) == (4.0, 4) and s.se == pytest.approx(math.sqrt(8 / 3 / 4), rel=1e-12)
+
+
+def test_mean_ci95_by_hand():
+    m, h = mean_ci95([1.0, 2.0, 3.0, 4.0])
+    assert m == 2.5 and h == pytest.approx(sps.norm.ppf(0.975) * math.sqrt(5 / 12), rel=1e-9)
+    m, h = mean_ci95([])
+    assert math.isnan(m) and math.isnan(h)
+    m, h = mean_ci95([9.0])
+    assert m == 9.0 and math.isnan(h)
+
+
+@pytest.mark.parametrize("width", [1, 2**22 // 3, 2**22])
+def test_sample_chunks_item_i_gets_fold_in_of_i(width):
+    base = jax.random.key(11)
+
+    @jax.jit
+    def f(keys):
+        u = jax.vmap(lambda k: jax.random.uniform(k))(keys)
+        return u, 2 * u
+
+    u, v = sample_chunks(f, base, 7, width)
+    want = np.array([float(jax.random.uniform(jax.random.fold_in(base, i))) for i in range(7)])
+    assert u.shape == (7,) and u.dtype == np.float64
+    np.testing.assert_allclose(u, want, rtol=1e-6)
+    np.testing.assert_allclose(v, 2 * want, rtol=1e-6)
+    (w,) = sample_chunks(jax.jit(lambda k: jax.vmap(jax.random.uniform)(k)), base, 7, width)  # a bare array
+    np.testing.assert_allclose(w, want, rtol=1e-6)
+
+
+# (H, M2) by hand: uniform on four, (1/2, 1/4, 1/4), a point mass, a zero-probability entry
+CASES = [
+    ([0.25] * 4, math.log(4), math.log(4) ** 2),
+    ([0.5, 0.25, 0.25], 1.5 * LN2, 2.5 * LN2**2),
+    ([1.0, 0.0, 0.0], 0.0, 0.0),
+    ([0.5, 0.5, 0.0], LN2, LN2**2),
+]
+
+
+@pytest.mark.parametrize("probs,h,m2", CASES)
+def test_entropy_moments_by_hand(probs, h, m2):
+    with np.errstate(divide="ignore"):
+        logp = np.log(np.array(probs))
+    H, M2 = entropy_moments(logp)
+    assert float(H) == pytest.approx(h, abs=1e-12) and float(M2) == pytest.approx(m2, abs=1e-12)
+    Hj, M2j = entropy_moments(jnp.asarray(logp, jnp.float32))
+    assert float(Hj) == pytest.approx(h, abs=1e-6) and float(M2j) == pytest.approx(m2, abs=1e-6)
+
+
+def test_entropy_moments_rows_and_sum_dtype():
+    logp = np.log(np.array([[0.25] * 4, [0.5, 0.25, 0.125, 0.125]], np.float32))
+    H, M2 = entropy_moments(logp, sum_dtype=np.float64)
+    assert H.dtype == np.float64 and M2.dtype == np.float64
+    # row 2: H = 1.75 ln 2, M2 = (1/2 + 4/4 + 9/8 + 9/8) (ln 2)^2 = 3.75 (ln 2)^2
+    np.testing.assert_allclose(H, [math.log(4), 1.75 * LN2], rtol=1e-6)
+    np.testing.assert_allclose(M2, [math.log(4) ** 2, 3.75 * LN2**2], rtol=1e-6)
+
+
+def test_moments_records():
+    m = Moments(mu=1.0, mu2=2.0)
+    assert (m.mu_se, m.mu2_se, m.exact, m.per_state) == (0.0, 0.0, True, None)
+    s = StateMoments(fraction=0.25, fraction_se=0.01, mu=1.5, mu2=3.0, exact=False)
+    assert s.to_dict() == {"fraction": 0.25, "fraction_se": 0.01, "mu": 1.5, "mu2": 3.0, "exact": False}
