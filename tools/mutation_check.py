@@ -98,6 +98,7 @@ EXACT = [
     "tests/test_exact_spine.py",
     "tests/test_exact_drafters.py",
     "tests/test_exact_speedup.py",
+    "tests/test_exact_specsampling.py",
 ]
 # module -> (files mutmut mutates, the module's own test files)
 MODULES = {
