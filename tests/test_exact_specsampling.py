@@ -24,7 +24,6 @@ from brwsim.specsampling._rejection import first_call_accepted
 _register = registrar({})
 p = np.array([0.6, 0.3, 0.1])
 q = p[::-1].copy()
-LAW = fixed_law(p)
 
 
 @_register("reverse_spec")
@@ -85,7 +84,7 @@ def test_enumeration_matches_the_closed_acceptance():
 def test_one_call_accepts_as_enumerated_and_outputs_the_target(widths):
     # E[X]: 0.875, 0.833, 0.798; a width read at the wrong depth gives 0.75 to 0.87, more than 4 se away
     n = 16000
-    g = generate(jax.random.key(5), LAW, Reverse(), widths, T=len(widths) + 1, runs=n)
+    g = generate(jax.random.key(5), fixed_law(p), Reverse(), widths, T=len(widths) + 1, runs=n)
     x = first_call_accepted(g.event).astype(np.float64)
     assert abs(x.mean() - expected_x(widths)) <= 4 * x.std(ddof=1) / math.sqrt(n)
     for r in range(3):  # every position's token follows p, whatever was drafted
@@ -93,7 +92,7 @@ def test_one_call_accepts_as_enumerated_and_outputs_the_target(widths):
         assert abs(f - p[r]) <= 4 * math.sqrt(p[r] * (1 - p[r]) / n)
     np.testing.assert_allclose(g.tv, 0.5, atol=1e-6)  # TV(p, q) = (0.5 + 0 + 0.5) / 2
     assert np.all(g.verified[:, 0])
-    np.testing.assert_array_equal(call_accepted(jax.random.key(5), LAW, Reverse(), widths, n), x)
+    np.testing.assert_array_equal(call_accepted(jax.random.key(5), fixed_law(p), Reverse(), widths, n), x)
 
 
 def test_shapes_by_hand():
