@@ -1,6 +1,7 @@
 """Mutation testing: hand-picked formula breaks, and mutmut over the core, one module at a time.
 
-    python tools/mutation_check.py [TEST FILES...]          # the hand-picked mutations below
+    python tools/mutation_check.py [TEST FILES...]          # the hand-picked formula breaks below
+    python tools/mutation_check.py clusters                 # plausible mistakes vs the exact tests (CLUSTERS)
     python tools/mutation_check.py mutmut MODULE [--before]  # mutmut on one core module (docs/testing.md)
 
 MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
@@ -92,6 +93,47 @@ MUTATIONS = [
 ]
 
 
+# mistakes of the kinds the exact tests were written for, each run against the exact test file of its module
+T = "tests/test_exact_{}.py".format
+CLUSTERS = [
+    ("logit-normal: sigma used as its square root", "brwsim/laws/_logitnormal.py",
+     "z = self.sigma * jax.random.normal", "z = self.sigma**0.5 * jax.random.normal", T("laws")),
+    ("Zipf: s_sd squared in the random exponent", "brwsim/laws/_zipf.py",
+     "jnp.exp(self.s_sd * jax.random.normal", "jnp.exp(self.s_sd**2 * jax.random.normal", T("laws")),
+    ("pool spine walk: last row never drawn", "brwsim/laws/_pool.py",
+     "row = jax.random.randint(k1, (), 0, self.logp.shape[0])",
+     "row = jax.random.randint(k1, (), 0, self.logp.shape[0] - 1)", T("laws")),
+    ("pool nodes: last row never drawn", "brwsim/laws/_pool.py",
+     "return jax.random.randint(key, (), 0, self.logp.shape[0])",
+     "return jax.random.randint(key, (), 0, self.logp.shape[0] - 1)", T("laws")),
+    ("Dirichlet spine: Beta(alpha + 1, V alpha)", "brwsim/laws/_dirichlet.py",
+     "(self.V - 1) * self.alpha, ()", "self.V * self.alpha, ()", T("laws")),
+    ("Z95 = 1.645", "brwsim/_stats.py", "Z95 = 1.959963984540054", "Z95 = 1.645", T("stats")),
+    ("splitting: right values, not left limits", "brwsim/spine/_curves.py",
+     "C, _, C2, _, _ = self._at(pos)", 'C, _, C2, _, _ = self._at(np.searchsorted(self._v, u, side="right"))',
+     T("spine")),
+    ("dual: variance without the cross term", "brwsim/spine/_curves.py",
+     "var = (C2 - 2 * a * CN + a * a * N2)", "var = (C2 + a * a * N2)", T("spine")),
+    ("s chosen by the estimate, not the upper value", "brwsim/spine/_curves.py",
+     "i = int(np.argmin(up))", "i = int(np.argmin(est))", T("spine")),
+    ("the dual bound reported as the splitting one", "brwsim/theory/_bounds.py",
+     "dual=curves.dual(P, z),", "dual=curves.splitting(P, z),", T("spine")),
+    ("drafter ranks by p, not q", "brwsim/drafters/_builders.py",
+     "qv, idx = jax.lax.top_k(lq, K)", "qv, idx = jax.lax.top_k(lp, K)", T("drafters")),
+    ("eagle: score ties to the deeper node", "brwsim/drafters/_builders.py",
+     'jnp.lexsort((c["dep"], -c["score"]))', 'jnp.lexsort((-c["dep"], -c["score"]))', T("drafters")),
+    ("mixture weight sign", "brwsim/drafters/_draftlaws.py",
+     "jnp.log1p(-self.w) + lp", "jnp.log1p(self.w) + lp", T("drafters")),
+    ("speculative sampling: the next depth's width ignored", "brwsim/specsampling/_rejection.py",
+     "count * w[jnp.minimum(d + 1, G)]", "count * w[jnp.minimum(d, G)]", T("specsampling")),
+    ("the check on the smallest P", "brwsim/estimate.py",
+     "results[-1].check = sums.check.stat()", "results[0].check = sums.check.stat()", T("estimate")),
+    ("planner: ties to the larger P", "brwsim/speedup/_speedup.py",
+     "key=lambda r: (r.speedup, -r.P)", "key=lambda r: (r.speedup, r.P)", T("speedup")),
+    ("planner: touching intervals not near-best", "brwsim/speedup/_speedup.py",
+     "r.speedup + r.speedup_ci95 >= b.speedup", "r.speedup + r.speedup_ci95 > b.speedup", T("speedup")),
+]  # fmt: skip
+
 EXACT = [
     "tests/test_exact_stats.py",
     "tests/test_exact_laws.py",
@@ -156,6 +198,8 @@ def run_mutmut(module: str, before: bool) -> int:
 def main() -> int:
     if sys.argv[1:2] == ["mutmut"]:
         return run_mutmut(sys.argv[2], "--before" in sys.argv[3:])
+    if sys.argv[1:2] == ["clusters"]:
+        return run_mutations([(n, p, o, m, [t]) for n, p, o, m, t in CLUSTERS])
     tests = sys.argv[1:] or [
         "tests/test_theory.py",
         "tests/test_bounds_property.py",
@@ -163,20 +207,41 @@ def main() -> int:
         "tests/test_laws.py",
         "tests/test_estimate.py",
     ]
+    return run_mutations([(n, p, o, m, tests) for n, p, o, m in MUTATIONS])
+
+
+def run_mutations(mutations) -> int:
+    """Apply each (name, file, old line, new line, tests) in turn in a scratch worktree; RED when a test fails."""
     shutil.rmtree(DST, ignore_errors=True)
     subprocess.run(
         ["git", "-C", SRC, "worktree", "add", "-f", "--detach", DST, "HEAD"], check=True, capture_output=True
     )
+    for t in {t for m in mutations for t in m[4]}:  # the tests as they are in the working tree
+        shutil.copy(os.path.join(SRC, t), os.path.join(DST, t))
     env = dict(os.environ, PYTHONPATH=DST)
     survivors = 0
-    for name, path, old, new in MUTATIONS:
+    for name, path, old, new, tests in mutations:
         f = os.path.join(DST, path)
         text = open(f).read()
         assert text.count(old) == 1, (name, text.count(old))
         open(f, "w").write(text.replace(old, new))
         t0 = time.time()
         p = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+            [
+                "nice",
+                "-n",
+                "15",
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-x",
+                "-n",
+                "0",
+                "-p",
+                "no:cacheprovider",
+                *tests,
+            ],
             cwd=DST,
             env=env,
             capture_output=True,
