@@ -27,6 +27,7 @@ from brwsim.laws import (
     rank_of,
     topk_sorted,
 )
+from brwsim.theory import moments, sample_moments
 
 N = 4000
 
@@ -225,3 +226,21 @@ def test_check_distribution_refuses(bad):
     with pytest.raises(BrwsimError):
         check_distribution(bad, "test")
     assert check_distribution([0.5, 0.5 + 5e-7], "ok").dtype == np.float64
+
+
+def test_monte_carlo_moments_of_a_law_without_a_closed_form():
+    V, alpha = 4, 0.5
+    law = Temp(law=Dirichlet(V=V, alpha=alpha), T=1.0)  # T = 1: a Dirichlet law the code has no closed form for
+    A = V * alpha
+    mu = psi(A + 1) - psi(alpha + 1)  # E[H] and E[M2] of Dirichlet(alpha 1_V), from the Beta marginals
+    mu2 = (psi(alpha + 1) - psi(A + 1)) ** 2 + polygamma(1, alpha + 1) - polygamma(1, A + 1)
+    m = moments(jax.random.key(4), law, samples=4000)
+    assert not m.exact and m.mu_se > 0 and m.mu2_se > 0
+    close(m.mu, mu, m.mu_se)
+    close(m.mu2, mu2, m.mu2_se)
+    small = moments(jax.random.key(4), law, samples=1000)  # a quarter of the samples: twice the se
+    assert 1.7 < small.mu_se / m.mu_se < 2.3 and 1.7 < small.mu2_se / m.mu2_se < 2.3
+    h, m2 = sample_moments(jax.random.key(4), law, 8)
+    assert h.shape == (8,) and m2.shape == (8,) and np.all(m2 >= h**2 - 1e-5)
+    exact = moments(jax.random.key(4), fixed_law([0.5, 0.5]))
+    assert exact.exact and (exact.mu, exact.mu2, exact.mu_se) == pytest.approx((math.log(2), math.log(2) ** 2, 0))
