@@ -231,3 +231,23 @@ def test_lorden_by_hand():
     assert lorden(0.0, 2.0, 3.0) == 0.0  # 0.75 - 1 < 0: clipped
     assert lorden(0.4, 2.0, 4.0) == pytest.approx(0.2)
     assert lorden(1.0, 0.0, 1.0) == math.inf
+
+
+def test_threshold_counts_edges():
+    c, t = threshold_counts(np.array([[0.5, NAN, NAN], [2.0, NAN, NAN]]), 1.0)  # ended walks count no more
+    np.testing.assert_array_equal(c, [1, 0])
+    np.testing.assert_array_equal(t, [False, False])
+    c, t = threshold_counts(np.zeros((2, 0)), 1.0)  # no steps sampled: nothing counted, nothing truncated
+    np.testing.assert_array_equal(c, [0, 0])
+    np.testing.assert_array_equal(t, [False, False])
+
+
+def test_spine_bounds_margin_reaches_both_bounds_and_too_few_walks_say_so():
+    out = spine_bounds(sixteen_walks(), [4], margin_z=0.0)[4]
+    y = [1 - math.exp(-1), 0.0] * 8
+    assert out.dual.upper == pytest.approx(min(4 / E, float(np.mean(y)) + 4 * math.exp(-2)))
+    assert out.dual.se == pytest.approx(pop_se(y))
+    with pytest.raises(BrwsimError, match="at least 16 sampled continuations.*got 14"):
+        spine_bounds(np.array(XI * 7), [4])
+    with pytest.raises(BrwsimError, match="got 0"):
+        spine_bounds(np.ones(20), [4])  # not a [walks, depth] array
