@@ -176,6 +176,7 @@ def test_spine_bounds_from_sampled_continuations_by_hand():
 @pytest.mark.parametrize("iid", [True, False])
 def test_bounds_are_labelled_by_what_they_are(iid):
     (b,) = bounds_from_curves(curves(), [4], mu=0.5, mu2=0.5, iid=iid, margin_z=1.0)
+    assert b.P == 4 and b.iid == iid
     split, dual = best(splitting_candidates(4.0), 4.0, 1.0), best(dual_candidates(4.0), 4.0, 1.0)
     assert b.splitting.upper == pytest.approx(split[0]) and b.dual.upper == pytest.approx(dual[0])
     assert split[0] != pytest.approx(dual[0])  # the two are told apart
