@@ -1,7 +1,7 @@
 """Mutation testing: hand-picked formula breaks, and mutmut over the core, one module at a time.
 
     python tools/mutation_check.py [TEST FILES...]          # the hand-picked formula breaks below
-    python tools/mutation_check.py clusters                 # plausible mistakes vs the exact tests (CLUSTERS)
+    python tools/mutation_check.py clusters [--before]      # plausible mistakes vs the exact tests (CLUSTERS)
     python tools/mutation_check.py mutmut MODULE [--before]  # mutmut on one core module (docs/testing.md)
 
 MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
@@ -159,6 +159,17 @@ MODULES = {
 }
 
 
+BEFORE = {  # exact test file -> the tests that covered its module before the exact tests
+    T("laws"): ["tests/test_laws.py"],
+    T("stats"): ["tests/test_estimate.py"],
+    T("spine"): ["tests/test_spine.py", "tests/test_theory.py"],
+    T("drafters"): ["tests/test_drafters.py"],
+    T("specsampling"): ["tests/test_specsampling.py"],
+    T("estimate"): ["tests/test_estimate.py"],
+    T("speedup"): ["tests/test_speedup.py"],
+}
+
+
 def _toml_list(xs) -> str:
     return "[" + ", ".join(f'"{x}"' for x in xs) + "]"
 
@@ -199,8 +210,9 @@ def run_mutmut(module: str, before: bool) -> int:
 def main() -> int:
     if sys.argv[1:2] == ["mutmut"]:
         return run_mutmut(sys.argv[2], "--before" in sys.argv[3:])
-    if sys.argv[1:2] == ["clusters"]:
-        return run_mutations([(n, p, o, m, [t]) for n, p, o, m, t in CLUSTERS])
+    if sys.argv[1:2] == ["clusters"]:  # --before: against the module's own tests instead of its exact tests
+        before = "--before" in sys.argv[2:]
+        return run_mutations([(n, p, o, m, BEFORE[t] if before else [t]) for n, p, o, m, t in CLUSTERS])
     tests = sys.argv[1:] or [
         "tests/test_theory.py",
         "tests/test_bounds_property.py",
@@ -218,7 +230,8 @@ def run_mutations(mutations) -> int:
         ["git", "-C", SRC, "worktree", "add", "-f", "--detach", DST, "HEAD"], check=True, capture_output=True
     )
     for t in {t for m in mutations for t in m[4]}:  # the tests as they are in the working tree
-        shutil.copy(os.path.join(SRC, t), os.path.join(DST, t))
+        if os.path.exists(os.path.join(SRC, t)):
+            shutil.copy(os.path.join(SRC, t), os.path.join(DST, t))
     env = dict(os.environ, PYTHONPATH=DST)
     survivors = 0
     for name, path, old, new, tests in mutations:
