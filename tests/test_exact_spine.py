@@ -16,6 +16,7 @@ from brwsim._stats import MARGIN_Z, Z95
 from brwsim.errors import BrwsimError
 from brwsim.spine import SpineCurves, curves_from_xi
 from brwsim.theory import asymptotic, bounds_from_curves, renewal, spine_bounds, theorem1_leading
+from brwsim.theory._bounds import check_margin_z, check_P_values
 from brwsim.theory._closed_forms import renewal_formula
 from brwsim.theory._imperfect import lorden, threshold_bound, threshold_counts
 
@@ -252,3 +253,39 @@ def test_spine_bounds_margin_reaches_both_bounds_and_too_few_walks_say_so():
         spine_bounds(np.array(XI * 7), [4])
     with pytest.raises(BrwsimError, match="got 0"):
         spine_bounds(np.ones(20), [4])  # not a [walks, depth] array
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ((True, 1.0, 1.0), "P must be a number >= 1, got True"),
+        (("3", 1.0, 1.0), "P must be a number >= 1, got '3'"),
+        ((0.5, 1.0, 1.0), "P must be >= 1, got 0.5"),
+        ((math.inf, 1.0, 1.0), "P must be >= 1, got inf"),
+        ((4, "x", 1.0), "mu and mu_2 must be numbers, got mu='x', mu_2=1.0"),
+        ((4, math.inf, 1.0), "mu and mu_2 must be finite, got mu=inf, mu_2=1.0"),
+        ((4, 1.0, math.nan), "mu and mu_2 must be finite, got mu=1.0, mu_2=nan"),
+    ],
+)
+def test_closed_form_inputs_are_refused_with_their_message(args, message):
+    with pytest.raises(BrwsimError) as e:
+        theorem1_leading(*args)
+    assert str(e.value) == message
+
+
+def test_margin_and_budget_lists_are_checked():
+    assert check_margin_z(0) == 0.0 and check_margin_z("1.5") == 1.5
+    for bad, message in [
+        ("a", "margin_z must be a number >= 0, got 'a'"),
+        (-1, "margin_z must be a finite number >= 0, got -1"),
+        (math.inf, "margin_z must be a finite number >= 0, got inf"),
+    ]:
+        with pytest.raises(BrwsimError) as e:
+            check_margin_z(bad)
+        assert str(e.value) == message
+    out = check_P_values([2.0, 2.5, 4])
+    assert out == [2, 2.5, 4] and [type(x) for x in out] == [int, float, int]
+    assert check_P_values(4) == [4] and check_P_values(np.float64(3.0)) == [3]
+    with pytest.raises(BrwsimError) as e:
+        check_P_values([])
+    assert str(e.value) == "P_list must hold at least one budget P >= 1"
