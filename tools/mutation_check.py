@@ -3,6 +3,7 @@
     python tools/mutation_check.py [TEST FILES...]          # the hand-picked formula breaks below
     python tools/mutation_check.py clusters [--before]      # plausible mistakes vs the exact tests (CLUSTERS)
     python tools/mutation_check.py mutmut MODULE [--before]  # mutmut on one core module (docs/testing.md)
+    python tools/mutation_check.py mutmut-recheck MODULE     # its survivors again, with today's exact tests
 
 MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
 copies the working tree (brwsim/, tests/, pyproject.toml) to a scratch
@@ -22,6 +23,8 @@ ends it) and prints RED (some test caught it) or GREEN (nothing did: a gap in
 the suite). The worktree is removed at the end.
 """
 
+import glob
+import json
 import os
 import re
 import shutil
@@ -174,12 +177,31 @@ def _toml_list(xs) -> str:
     return "[" + ", ".join(f'"{x}"' for x in xs) + "]"
 
 
+def _scratch(module: str, before: bool) -> str:
+    return os.path.join(tempfile.gettempdir(), f"brwsim-mutmut-{module}{'-before' if before else ''}")
+
+
+def recheck_mutmut(module: str) -> int:
+    """Re-run the survivors (and mutants no test reached) of an earlier ``mutmut MODULE`` with today's exact tests."""
+    dst = _scratch(module, False)
+    for t in EXACT:
+        for d in (dst, os.path.join(dst, "mutants")):
+            shutil.copy(os.path.join(SRC, t), os.path.join(d, t))
+    for meta in glob.glob(os.path.join(dst, "mutants", "**", "*.meta"), recursive=True):
+        data = json.load(open(meta))
+        codes = data["exit_code_by_key"]
+        for k, v in codes.items():
+            codes[k] = None if v in (0, 5, 33) else v  # 0: survived, 5 and 33: no test reached it
+        json.dump(data, open(meta, "w"), indent=4)
+    return _mutmut_in(dst, module, EXACT, time.time())
+
+
 def run_mutmut(module: str, before: bool) -> int:
     """mutmut on one module in a scratch copy; prints the counts (killed, survived, ...)."""
     files, tests = MODULES[module]
     tests = tests if before else EXACT
     tests = [t for t in tests if os.path.exists(os.path.join(SRC, t))]
-    dst = os.path.join(tempfile.gettempdir(), f"brwsim-mutmut-{module}{'-before' if before else ''}")
+    dst = _scratch(module, before)
     shutil.rmtree(dst, ignore_errors=True)
     os.makedirs(dst)
     for d in ("brwsim", "tests"):
@@ -192,9 +214,12 @@ def run_mutmut(module: str, before: bool) -> int:
         text,
     )
     open(os.path.join(dst, "pyproject.toml"), "w").write(text)
+    return _mutmut_in(dst, module + (" (before)" if before else ""), tests, time.time())
+
+
+def _mutmut_in(dst: str, what: str, tests, t0: float) -> int:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutants/ must be the brwsim imported
     env["JAX_PLATFORMS"] = "cpu"
-    t0 = time.time()
     mutmut = [sys.executable, "-m", "mutmut"]
     subprocess.run(["nice", "-n", "15", *mutmut, "run", "--max-children", "1"], cwd=dst, env=env)
     out = subprocess.run([*mutmut, "results", "--all", "true"], cwd=dst, env=env, capture_output=True, text=True)
@@ -203,11 +228,13 @@ def run_mutmut(module: str, before: bool) -> int:
         if ": " in line:
             status = line.rsplit(": ", 1)[1].strip()
             counts[status] = counts.get(status, 0) + 1
-    print(f"{module}{' (before)' if before else ''}: {counts} in {time.time() - t0:.0f} s; tests {tests}; dir {dst}")
+    print(f"{what}: {counts} in {time.time() - t0:.0f} s; tests {tests}; dir {dst}")
     return 0
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["mutmut-recheck"]:
+        return recheck_mutmut(sys.argv[2])
     if sys.argv[1:2] == ["mutmut"]:
         return run_mutmut(sys.argv[2], "--before" in sys.argv[3:])
     if sys.argv[1:2] == ["clusters"]:  # --before: against the module's own tests instead of its exact tests
