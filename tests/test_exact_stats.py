@@ -139,3 +139,29 @@ def test_moments_records():
     assert (m.mu_se, m.mu2_se, m.exact, m.per_state) == (0.0, 0.0, True, None)
     s = StateMoments(fraction=0.25, fraction_se=0.01, mu=1.5, mu2=3.0, exact=False)
     assert s.to_dict() == {"fraction": 0.25, "fraction_se": 0.01, "mu": 1.5, "mu2": 3.0, "exact": False}
+
+
+def test_float32_samples_are_summed_in_float64():
+    x = np.float32([2**24, 1, 1, 1])  # the sum 2^24 + 3 is not a float32 (it would round to 2^24 + 4)
+    assert Stat.of(x).mean == (2**24 + 3) / 4
+    assert mean_ci95(x)[0] == (2**24 + 3) / 4
+
+
+def test_mean_ci95_of_two_values():
+    m, h = mean_ci95([1.0, 3.0])  # sample sd sqrt(2), se 1
+    assert m == 2.0 and h == pytest.approx(sps.norm.ppf(0.975), rel=1e-9)
+
+
+class _OneBlock(RunningStat):
+    BLOCK = 1  # every value after the first is folded
+
+
+def test_running_stat_folds_from_zero():
+    r = _OneBlock()
+    r.add([1.0, 3.0])
+    s = r.stat()
+    assert (s.mean, s.n) == (2.0, 2) and s.se == pytest.approx(1.0, rel=1e-12)
+    r = _SmallBlock()
+    r.add(np.array([1.0, 2.0, 3.0, 4.0, 5.0]) * 1e-20)  # a running mean that starts anywhere but 0 loses these
+    s = r.stat()
+    assert s.mean == pytest.approx(3e-20, rel=1e-12) and s.se == pytest.approx(math.sqrt(2.5 / 5) * 1e-20, rel=1e-9)
