@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
 from brwsim._stats import MARGIN_Z, Z95
 from brwsim.errors import BrwsimError
+from brwsim.laws import fixed_law
 from brwsim.spine import SpineCurves, curves_from_xi
-from brwsim.theory import asymptotic, bounds_from_curves, renewal, spine_bounds, theorem1_leading
+from brwsim.theory import asymptotic, bounds_from_curves, law_spine_bounds, renewal, spine_bounds, theorem1_leading
 from brwsim.theory._bounds import check_margin_z, check_P_values
 from brwsim.theory._closed_forms import renewal_formula
 from brwsim.theory._imperfect import lorden, threshold_bound, threshold_counts
@@ -242,6 +244,7 @@ def test_threshold_counts_edges():
     c, t = threshold_counts(np.zeros((2, 0)), 1.0)  # no steps sampled: nothing counted, nothing truncated
     np.testing.assert_array_equal(c, [0, 0])
     np.testing.assert_array_equal(t, [False, False])
+    assert t.dtype == bool
 
 
 def test_spine_bounds_margin_reaches_both_bounds_and_too_few_walks_say_so():
@@ -289,3 +292,19 @@ def test_margin_and_budget_lists_are_checked():
     with pytest.raises(BrwsimError) as e:
         check_P_values([])
     assert str(e.value) == "P_list must hold at least one budget P >= 1"
+
+
+def test_sampled_continuations_are_capped_at_ln_P_plus_60():
+    xi = np.array([[0.1, 99.9]] * 16)  # S = 0.1, then 100: the best s is the last one observed
+    b = spine_bounds(xi, [4], margin_z=0.0)[4].splitting
+    assert b.s == pytest.approx(math.log(4) + 60) and b.estimate == pytest.approx(1.0)
+
+
+def test_law_spine_bounds_on_the_binary_tree():
+    out = law_spine_bounds(jax.random.key(2), fixed_law([0.5, 0.5]), [1, 2, 3], walks=32, margin_z=0.0)
+    for P in (1, 2, 3):  # S_d = d ln 2 on every walk: min_d (d - 1) + P 2^-d and min_d (d - 2) + (P + 2) 2^-d
+        assert out[P].splitting.estimate == pytest.approx(min((d - 1) + P * 2.0**-d for d in range(1, 6)), rel=1e-5)
+        assert out[P].dual.estimate == pytest.approx(min((d - 2) + (P + 2) * 2.0**-d for d in range(1, 6)), rel=1e-5)
+    out = law_spine_bounds(jax.random.key(2), fixed_law([0.5, 0.25, 0.25]), [8], walks=64, margin_z=2.0)[8]
+    for b in (out.splitting, out.dual):
+        assert b.se > 0 and b.upper == pytest.approx(b.estimate + 2.0 * b.se, rel=1e-12)
