@@ -165,3 +165,21 @@ def test_running_stat_folds_from_zero():
     r.add(np.array([1.0, 2.0, 3.0, 4.0, 5.0]) * 1e-20)  # a running mean that starts anywhere but 0 loses these
     s = r.stat()
     assert s.mean == pytest.approx(3e-20, rel=1e-12) and s.se == pytest.approx(math.sqrt(2.5 / 5) * 1e-20, rel=1e-9)
+
+
+def test_stat_of_two_values():
+    s = Stat.of([1.0, 3.0])  # sample sd sqrt(2), se 1
+    assert (s.mean, s.n) == (2.0, 2) and s.se == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("width,bound", [(2**22 // 3, 3), (2**22, 1), (2**20, 4)])
+def test_sample_chunks_stay_within_their_memory_bound(width, bound):
+    sizes = []
+    g = jax.jit(jax.vmap(lambda k: jax.random.uniform(k)))
+
+    def f(keys):
+        sizes.append(keys.shape[0])
+        return g(keys)
+
+    (u,) = sample_chunks(f, jax.random.key(1), 7, width)
+    assert u.shape == (7,) and set(sizes) == {bound}  # chunks of 2^22 // width items, all of one shape
