@@ -24,6 +24,7 @@ from brwsim.laws import (
     fixed_law,
     load_pool,
     log_gamma_variates,
+    markov_law,
     rank_of,
     topk_sorted,
 )
@@ -244,3 +245,20 @@ def test_monte_carlo_moments_of_a_law_without_a_closed_form():
     assert h.shape == (8,) and m2.shape == (8,) and np.all(m2 >= h**2 - 1e-5)
     exact = moments(jax.random.key(4), fixed_law([0.5, 0.5]))
     assert exact.exact and (exact.mu, exact.mu2, exact.mu_se) == pytest.approx((math.log(2), math.log(2) ** 2, 0))
+
+
+def test_moments_of_a_markov_law_and_of_one_state():
+    law = markov_law(
+        {
+            "states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.75/0.25"},
+            "initial": "a",
+            "kernel": {"a": [[0.5, 0.5]], "b": [[0.5, 0.5]]},
+        }
+    )
+    h, m2 = sample_moments(jax.random.key(0), law, 4, state=1)  # state b's own distribution, at every draw
+    hb = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    np.testing.assert_allclose(h, hb, rtol=1e-5)
+    np.testing.assert_allclose(m2, 0.75 * math.log(0.75) ** 2 + 0.25 * math.log(0.25) ** 2, rtol=1e-5)
+    # the spine moves to a or b with probability 1/2 whatever the rank: long-run mu = (ln 2 + H_b) / 2
+    m = moments(jax.random.key(0), law)
+    assert m.mu == pytest.approx((math.log(2) + hb) / 2, abs=4 * m.mu_se + 1e-6)
