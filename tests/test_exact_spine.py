@@ -16,13 +16,14 @@ import pytest
 from brwsim._stats import MARGIN_Z, Z95
 from brwsim.errors import BrwsimError
 from brwsim.laws import fixed_law
-from brwsim.spine import SpineCurves, curves_from_xi
+from brwsim.spine import SpineCurves, curves_from_xi, law_curves
 from brwsim.theory import asymptotic, bounds_from_curves, law_spine_bounds, renewal, spine_bounds, theorem1_leading
 from brwsim.theory._bounds import check_margin_z, check_P_values
 from brwsim.theory._closed_forms import renewal_formula
 from brwsim.theory._imperfect import lorden, threshold_bound, threshold_counts
 
 E = math.e
+LN2 = math.log(2)
 NAN = math.nan
 XI = [[1.0, 1.0], [2.0, NAN]]
 
@@ -308,3 +309,49 @@ def test_law_spine_bounds_on_the_binary_tree():
     out = law_spine_bounds(jax.random.key(2), fixed_law([0.5, 0.25, 0.25]), [8], walks=64, margin_z=2.0)[8]
     for b in (out.splitting, out.dual):
         assert b.se > 0 and b.upper == pytest.approx(b.estimate + 2.0 * b.se, rel=1e-12)
+
+
+def test_t_messages_and_cover_passed_through():
+    with pytest.raises(BrwsimError, match=r"^t must be below the walks' coverage 2.5 \(sample longer walks\)$"):
+        curves().tau(np.array([2.5]))
+    with pytest.raises(BrwsimError, match=r"^t must be <= 1.5, the cap these curves were built with$"):
+        curves(s_cap=1.5).N(np.array([1.7]))
+    assert curves_from_xi(np.array(XI), cover=np.array([2.5, 2.5])).coverage == 2.5
+
+
+def test_the_limit_is_a_candidate_below_one_and_with_no_point():
+    c = SpineCurves(np.array([[0.5], [0.5]]), cover=np.array([0.8, 0.8]))  # point 0.5, limit 0.8
+    b = c.splitting(100.0, 0.0)  # 100 e^-0.5 = 60.7 against 1 + 100 e^-0.8 = 45.9: the limit wins
+    assert b.s == 0.8 and b.estimate == pytest.approx(1 + 100 * math.exp(-0.8))
+    c = SpineCurves(np.array([[0.5], [0.5]]), cover=np.array([0.3, 0.3]))  # no point below the limit
+    assert c.splitting(4.0).s == 0.3 and c.splitting(4.0).estimate == pytest.approx(4 * math.exp(-0.3))
+    assert c.dual(4.0).s == 0.3
+
+
+def left_limit_minimum(xi, P, z):
+    """min over the distinct positive points u (left limits) and the limit of mean C(u-) + P e^-u + z se."""
+    S = [np.cumsum(r) for r in xi]
+    limit = min(s[-1] for s in S)
+    us = sorted({float(x) for s in S for x in s if 0 < x <= limit} | {limit})
+    vals = []
+    for u in us:
+        c = np.array([np.sum(s < u) for s in S], np.float64)
+        vals.append((c.mean() + P * math.exp(-u) + z * pop_se(c), u))
+    return min(vals + [(P, 0.0)])
+
+
+@pytest.mark.parametrize("z", [0.0, 1.0, 50.0])
+def test_splitting_minimum_over_left_limits_by_brute_force(z):
+    rng = np.random.default_rng(3)
+    xi = rng.choice([0.0, 0.25, 0.5, 1.0], size=(8, 6))  # many ties and zero steps
+    xi[:, -1] = 4.0  # every walk observed past the points that matter
+    got = SpineCurves(xi).splitting(6.0, z)
+    want, s = left_limit_minimum(xi, 6.0, z)
+    assert got.upper == pytest.approx(want, rel=1e-12) and got.s == s
+
+
+@pytest.mark.parametrize("hint,P,cover", [(2.0, 8, 9), (0.5, 8, 7), (None, 8, 8), (None, 1, 5), (0.25, 2, 5)])
+def test_law_curves_walk_until_ln_mu_P_plus_3(hint, P, cover):
+    # every step is ln 2: the walks stop at the first d ln 2 above max(ln(mu P), 0) + 3 (mu = 1 without a hint)
+    c = law_curves(jax.random.key(0), fixed_law([0.5, 0.5]), P, walks=16, mu_hint=hint)
+    assert c.coverage == pytest.approx(cover * LN2, rel=1e-6)
