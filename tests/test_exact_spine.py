@@ -355,3 +355,14 @@ def test_law_curves_walk_until_ln_mu_P_plus_3(hint, P, cover):
     # every step is ln 2: the walks stop at the first d ln 2 above max(ln(mu P), 0) + 3 (mu = 1 without a hint)
     c = law_curves(jax.random.key(0), fixed_law([0.5, 0.5]), P, walks=16, mu_hint=hint)
     assert c.coverage == pytest.approx(cover * LN2, rel=1e-6)
+
+
+def test_float32_steps_are_summed_in_float64():
+    c = SpineCurves(np.full((2, 10), np.float32(0.1)))
+    assert c.coverage == pytest.approx(10 * float(np.float32(0.1)), rel=1e-15)
+
+
+def test_one_point_exactly_at_the_limit():
+    c = SpineCurves(np.array([[0.5], [NAN]]), cover=np.array([0.5, 0.5]))
+    b = c.splitting(4.0, 0.0)
+    assert b.s == 0.5 and b.estimate == pytest.approx(4 * math.exp(-0.5))
