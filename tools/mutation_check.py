@@ -182,7 +182,7 @@ def _scratch(module: str, before: bool) -> str:
 
 
 def recheck_mutmut(module: str) -> int:
-    """Re-run the survivors (and mutants no test reached) of an earlier ``mutmut MODULE`` with today's exact tests."""
+    """Re-run the survivors, timeouts and mutants no test reached of an earlier ``mutmut MODULE`` with today's tests."""
     dst = _scratch(module, False)
     for t in EXACT:
         for d in (dst, os.path.join(dst, "mutants")):
@@ -191,7 +191,7 @@ def recheck_mutmut(module: str) -> int:
         data = json.load(open(meta))
         codes = data["exit_code_by_key"]
         for k, v in codes.items():
-            codes[k] = None if v in (0, 5, 33) else v  # 0: survived, 5 and 33: no test reached it
+            codes[k] = None if v in (0, 5, 33, 36, 24, -24, 152, 255) else v  # survived, no tests, timeout
         json.dump(data, open(meta, "w"), indent=4)
     return _mutmut_in(dst, module, EXACT, time.time())
 
