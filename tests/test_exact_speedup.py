@@ -98,3 +98,18 @@ def test_from_llm_builds_oracle_then_each_drafter_per_exit_layer():
     assert [t.drafter for t in from_llm(run, COST, task="a")] == ["oracle"]
     with pytest.raises(BrwsimError):
         from_llm(run, COST, task="c")
+
+
+def test_from_llm_defaults_and_messages():
+    run = {"tasks": [{"task": "a", "results": [{"P": 4, "mean": 2.0, "ci95": 0.2}]}]}
+    assert from_llm(run, COST)[0].source == "model/a (? prompts)"
+    with pytest.raises(BrwsimError) as e:
+        from_llm(run, COST, task="b")
+    assert str(e.value) == "the real-model result has no task 'b' (tasks: a)"
+    with pytest.raises(BrwsimError) as e:
+        from_llm({}, COST)
+    assert str(e.value) == "the real-model result has no task None (tasks: none)"
+    run["tasks"].append({"task": "c", "results": []})
+    with pytest.raises(BrwsimError, match=r"\(tasks: a, c\)$"):
+        from_llm(run, COST, task="d")
+    assert measured_cost({0: [1.0]}, "here").label == "here"
