@@ -366,3 +366,23 @@ def test_one_point_exactly_at_the_limit():
     c = SpineCurves(np.array([[0.5], [NAN]]), cover=np.array([0.5, 0.5]))
     b = c.splitting(4.0, 0.0)
     assert b.s == 0.5 and b.estimate == pytest.approx(4 * math.exp(-0.5))
+
+
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ([[1.0, 1.0]], "xi must be a [walks, depth] array with at least 2 walks, got shape (1, 2)"),
+        ([[-1.0], [1.0]], "xi must hold surprisals -log p >= 0 (NaN for 'walk ended')"),
+        ([[math.inf], [1.0]], "xi must be finite surprisals or NaN (a probability-0 step cannot be sampled)"),
+    ],
+)
+def test_bad_walks_messages(bad, message):
+    with pytest.raises(BrwsimError) as e:
+        SpineCurves(np.array(bad))
+    assert str(e.value) == message
+
+
+def test_default_cover_reads_the_last_step():
+    assert SpineCurves(np.zeros((2, 0))).coverage == 0.0  # nothing observed
+    c = SpineCurves(np.array([[1.0, 1.0, NAN], [1.0, 1.0, 1.0]]))  # walk 0 ended after two steps
+    assert c.coverage == 3.0
