@@ -269,6 +269,8 @@ def test_spine_bounds_margin_reaches_both_bounds_and_too_few_walks_say_so():
         ((4, "x", 1.0), "mu and mu_2 must be numbers, got mu='x', mu_2=1.0"),
         ((4, math.inf, 1.0), "mu and mu_2 must be finite, got mu=inf, mu_2=1.0"),
         ((4, 1.0, math.nan), "mu and mu_2 must be finite, got mu=1.0, mu_2=nan"),
+        ((4, -0.5, 1.0), "mu must be >= 0 (an entropy; 0 only for a zero-entropy law), got -0.5"),
+        ((4, 1.0, 0.5), "mu_2 must be >= mu^2 (Jensen), got mu=1.0, mu_2=0.5"),
     ],
 )
 def test_closed_form_inputs_are_refused_with_their_message(args, message):
