@@ -388,3 +388,8 @@ def test_default_cover_reads_the_last_step():
     assert SpineCurves(np.zeros((2, 0))).coverage == 0.0  # nothing observed
     c = SpineCurves(np.array([[1.0, 1.0, NAN], [1.0, 1.0, 1.0]]))  # walk 0 ended after two steps
     assert c.coverage == 3.0
+
+
+def test_a_point_exactly_at_the_cap_counts():
+    c = curves(s_cap=2.0)  # both walks have a point at S = 2, the cap
+    assert c.tau(np.array([2.0]))[0][0] == 2.5
