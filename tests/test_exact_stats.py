@@ -164,7 +164,8 @@ def test_running_stat_folds_from_zero():
     r = _SmallBlock()
     r.add(np.array([1.0, 2.0, 3.0, 4.0, 5.0]) * 1e-20)  # a running mean that starts anywhere but 0 loses these
     s = r.stat()
-    assert s.mean == pytest.approx(3e-20, rel=1e-12) and s.se == pytest.approx(math.sqrt(2.5 / 5) * 1e-20, rel=1e-9)
+    assert s.mean == pytest.approx(3e-20, rel=1e-12, abs=0)
+    assert s.se == pytest.approx(math.sqrt(2.5 / 5) * 1e-20, rel=1e-9, abs=0)
 
 
 def test_stat_of_two_values():
