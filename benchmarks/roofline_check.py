@@ -7,7 +7,7 @@ from other processes hits all alike), this machine's memory bandwidth (a
 256 MiB tensor copy, read + write) and float32 FLOP/s (a 2048 x 2048 matrix
 product) with one torch thread (the real-model path's default), and the
 measured t_verify(P) (median of rounds of the one-pass tree verification,
-:func:`brwsim.llm.timing.verify_times`). Two models are compared with it:
+:func:`brwsim.speedup._timing.verify_times`). Two models are compared with it:
 
 - the plain roofline (:class:`brwsim.speedup.RooflineCost`) with those peaks
   and SmolLM2-135M's own shape (4 bytes per parameter, fp32), also with a
@@ -16,9 +16,9 @@ measured t_verify(P) (median of rounds of the one-pass tree verification,
 - the achieved roofline (:class:`brwsim.speedup.AchievedRooflineCost`): the
   same bytes and FLOPs per weight matrix and for the attention, but at the
   FLOP/s the kernel reaches at that shape and row count P + 1 (measured:
-  :func:`brwsim.llm.timing.gemm_throughput`, ``attention_throughput``),
+  :func:`brwsim.speedup._timing.gemm_throughput`, ``attention_throughput``),
   plus the rest of the pass timed with those kernels stubbed out
-  (:class:`brwsim.llm.timing.stubbed_kernels`); with max(memory, compute)
+  (:class:`brwsim.speedup._timing.stubbed_kernels`); with max(memory, compute)
   per operation (a roofline) and with memory + compute (no overlap).
 
 Also printed, to say where the time goes: the model's linear layers alone

@@ -168,21 +168,32 @@ def test_csv_table_reads_and_interpolates(tmp_path):
         verify_cost(f"csv:{tmp_path / 'nope.csv'}")
 
 
-def test_from_llm_oracle_and_drafter_tables():
+def test_from_llm_oracle_and_every_real_drafter():
+    """A real-model run's JSON (typed back by run_from_dict): the oracle and each real drafter's best tree, with its
+    draft cost modelled from its size (or measured, when given)."""
+    from brwsim.llm.results import run_from_dict
+
     res = [{"P": 1, "mean": 0.8, "ci95": 0.1}, {"P": 4, "mean": 2.0, "ci95": 0.2}]
-    dres = [{"P": 1, "topq": 0.5, "topq_ci95": 0.1, "chain": 0.5, "chain_ci95": 0.1},
-            {"P": 4, "topq": 1.0, "topq_ci95": 0.2, "chain": 0.9, "chain_ci95": 0.2}]  # fmt: skip
-    d = {"model": "m", "tasks": [{"task": "code", "prompts": 2, "results": res,
-                                  "drafter": {"layers": 10, "per_k": [{"k": 2, "results": dres}]}}]}  # fmt: skip
+    rows = [{"P": 1, "topq": 0.5, "topq_ci95": 0.1, "chain": 0.5, "chain_ci95": 0.1, "best_builder": "topq"},
+            {"P": 4, "topq": 1.0, "topq_ci95": 0.2, "chain": 0.9, "chain_ci95": 0.2, "best_builder": "topq"}]  # fmt: skip
+    dr = {"name": "layerskip:skip=3-10", "prompts": 2, "builders": ["topq", "chain"], "results": rows,
+          "draft_fraction": 0.2}  # fmt: skip
+    look = dr | {"name": "lookup:n=3", "draft_fraction": 0.0}
+    d = {"model": "m", "tasks": [{"task": "code", "prompts": 2, "results": res, "drafters": [dr, look]}]}
+    run = run_from_dict(d)
     cost = TableCost({0: 1.0, 1: 1.0, 4: 1.0})
-    tables = from_llm(d, cost)
-    assert [t.drafter for t in tables] == ["oracle", "topq k=2", "chain k=2"]
+    tables = from_llm(run, cost)
+    assert [t.drafter for t in tables] == ["oracle", "layerskip:skip=3-10 (topq)", "lookup:n=3 (topq)"]
     assert tables[0].best.P == 4 and tables[0].best.speedup == pytest.approx(3.0)
-    # the drafter: 2 of 10 layers per drafted token -> 0.2 s per pass; P = 4: 2.0 / (1 + 0.8)
+    # 0.2 of a decoding step per drafted token: P = 4 costs 1 + 0.8, E[X] + 1 = 2
+    assert tables[1].draft.kind == "modelled" and tables[1].rows[2].speedup == pytest.approx(2.0 / 1.8)
+    assert tables[2].rows[2].speedup == pytest.approx(2.0)  # lookup: no model pass
+    measured = from_llm(run, cost, draft_costs={"layerskip:skip=3-10": DraftCost(0.5, "P", "m", "measured")})
+    assert measured[1].rows[2].speedup == pytest.approx(2.0 / 3.0)
     assert drafter_pass_cost(cost, 2, 10).t_pass == pytest.approx(0.2)
-    assert tables[1].rows[2].speedup == pytest.approx(2.0 / 1.8)
+    assert run_from_dict(run.to_dict()).to_dict() == run.to_dict()
     with pytest.raises(BrwsimError, match="no task 'prose'"):
-        from_llm(d, cost, task="prose")
+        from_llm(run, cost, task="prose")
 
 
 def test_cli_plan_json(tmp_path, capsys):
@@ -232,8 +243,8 @@ def test_achieved_roofline_arithmetic_by_hand():
 
 def test_timed_tree_pass_on_a_tiny_model():
     pytest.importorskip("torch")
-    from brwsim.llm.hf import HFSource
-    from brwsim.llm.timing import _tree_inputs
+    from brwsim.llm.sources._hf import HFSource
+    from brwsim.speedup._timing import _tree_inputs
     from brwsim.speedup import measure_cost, shape_of_hf
 
     src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
@@ -253,8 +264,8 @@ def test_timed_tree_pass_on_a_tiny_model():
 
 def test_cpu_achieved_on_a_tiny_model():
     torch = pytest.importorskip("torch")
-    from brwsim.llm.hf import HFSource
-    from brwsim.llm.timing import linear_shapes
+    from brwsim.llm.sources._hf import HFSource
+    from brwsim.speedup._timing import linear_shapes
     from brwsim.speedup import cpu_achieved
 
     src = HFSource(tiny_llama(7), None, name="tiny", threads=1)

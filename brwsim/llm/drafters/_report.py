@@ -17,9 +17,11 @@ import math
 
 import numpy as np
 
-from .._stats import Z95, mean_ci95
-from ..theory import lorden, threshold_bound
-from .real_drafters import STATS, DraftedPrompt
+from ..._stats import Z95, mean_ci95
+from ...theory import lorden, threshold_bound
+from ..results import CheckResult, DrafterResult, DrafterRow
+from ._calibrate import STATS
+from ._measure import DraftedPrompt
 
 
 def _stats(results: list[DraftedPrompt]) -> dict:
@@ -35,27 +37,20 @@ def _stats(results: list[DraftedPrompt]) -> dict:
     return out
 
 
-def _check(results: list[DraftedPrompt]) -> dict:
+def _check(results: list[DraftedPrompt]) -> CheckResult | None:
     """The direct check pooled over prompts: mean X of all calls vs the mean value, and its z."""
     cs = [r.check for r in results if r.check]
     if not cs:
-        return {}
+        return None
     n = len(cs)
     mean = float(np.mean([c["mean"] for c in cs]))
     value = float(np.mean([c["value"] for c in cs]))
     se = math.sqrt(sum(c["se"] ** 2 for c in cs)) / n
     z = (mean - value) / se if se > 0 else (0.0 if mean == value else math.inf)
     builders = sorted({c["builder"] for c in cs})
-    return {
-        "P": cs[0]["P"],
-        "builders": builders,
-        "calls": int(sum(c["samples"] for c in cs)),
-        "accepted_per_call": mean,
-        "accepted_per_call_ci95": Z95 * se,
-        "path_probability_value": value,
-        "z": z,
-        "per_prompt_max_abs_z": max(abs(c["mean"] - c["value"]) / c["se"] if c["se"] > 0 else 0.0 for c in cs),
-    }
+    max_z = max(abs(c["mean"] - c["value"]) / c["se"] if c["se"] > 0 else 0.0 for c in cs)
+    calls = int(sum(c["samples"] for c in cs))
+    return CheckResult(cs[0]["P"], builders, calls, mean, Z95 * se, value, z, max_z)
 
 
 def _ik(results: list[DraftedPrompt], P: int, stats: dict) -> dict:
@@ -71,36 +66,35 @@ def _ik(results: list[DraftedPrompt], P: int, stats: dict) -> dict:
     return out
 
 
-def summarize_drafter_task(results: list[DraftedPrompt], oracle: list[np.ndarray], P_list, info: dict) -> dict:
-    """One drafter on one task (``results`` and ``oracle`` per prompt, same order)."""
+def _row(results: list[DraftedPrompt], oracle, builders, P: int, stats: dict) -> DrafterRow:
+    values = {}
+    for b in builders:
+        vals = [r.values[b][P - 1] for r in results]
+        if all(np.isfinite(vals)):
+            values[b] = mean_ci95(vals)
+    best = fr = None
+    if values:
+        best = max(values, key=lambda b: values[b][0])
+        pairs = zip(results, oracle, strict=True)
+        fr = mean_ci95([r.values[best][P - 1] / o[P - 1] if o[P - 1] > 0 else math.nan for r, o in pairs])
+    return DrafterRow(P, values, best, *(fr or (None, None)), _ik(results, P, stats))
+
+
+def summarize_drafter_task(
+    results: list[DraftedPrompt], oracle: list[np.ndarray], P_list, info: dict, fraction: float | None = None
+) -> DrafterResult:
+    """One drafter on one task (``results`` and ``oracle`` per prompt, same order); ``fraction``: the drafter's
+    modelled pass cost relative to a target decoding step."""
     P_list = sorted(set(int(P) for P in P_list))
     builders = list(results[0].values)
-    out: dict = {"name": results[0].name, "prompts": len(results), "info": info, "builders": builders}
-    out["stats"] = _stats(results)
-    rows = []
-    for P in P_list:
-        row: dict = {"P": P}
-        for b in builders:
-            vals = [r.values[b][P - 1] for r in results]
-            if all(np.isfinite(vals)):
-                row[b], row[b + "_ci95"] = mean_ci95(vals)
-        done = [b for b in builders if b in row]
-        if done:
-            best = max(done, key=lambda b: row[b])
-            row["best"], row["best_builder"], row["best_ci95"] = row[best], best, row[best + "_ci95"]
-            pairs = zip(results, oracle, strict=True)
-            fr = [r.values[best][P - 1] / o[P - 1] if o[P - 1] > 0 else math.nan for r, o in pairs]
-            row["fraction_of_oracle"], row["fraction_of_oracle_ci95"] = mean_ci95(fr)
-        row |= _ik(results, P, out["stats"])
-        rows.append(row)
-    out["results"] = rows
-    out["check"] = _check(results)
-    out["drafter_passes"] = int(sum(r.passes for r in results))
-    return out
+    stats = _stats(results)
+    rows = [_row(results, oracle, builders, P, stats) for P in P_list]
+    passes = int(sum(r.passes for r in results))
+    return DrafterResult(results[0].name, len(results), info, builders, stats, rows, _check(results), passes, fraction)
 
 
 def print_drafters(t: dict, out) -> None:
-    """Table lines for one task's ``drafters`` list (under ``brwsim llm``'s own table)."""
+    """Table lines for one task's ``drafters`` list (a task's ``to_dict()``; under ``brwsim llm``'s own table)."""
     oracle = {r["P"]: r["mean"] for r in t["results"]}
     for d in t.get("drafters", []):
         st = d["stats"]

@@ -3,7 +3,7 @@
 :func:`verify_times` times the pass that verifies a tree of ``P`` draft tokens
 plus the bonus position: ONE forward of ``P + 1`` query tokens after a KV
 cache of ``context`` tokens, with the 4D tree-attention mask of
-:class:`brwsim.llm.hf.HFContext` (each token sees the context, its ancestors
+:class:`brwsim.llm.sources._hf.HFContext` (each token sees the context, its ancestors
 and itself; the tree is the binary heap: parent of node i is (i - 1) // 2).
 ``P = 0`` is one plain decoding step. The context is ``context`` fixed token
 ids (the times do not depend on which tokens). :func:`machine_peaks` measures
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .hf import _torch
+from ..llm.sources._hf import _torch, synchronize
 
 
 def _tree_inputs(torch, P: int, context: int, dtype, device):
@@ -60,8 +60,10 @@ def verify_times(
         for P in Ps:
             mask, pos, q = inputs[P]
             with torch.inference_mode():
+                synchronize(src.device)
                 t0 = time.perf_counter()
                 m(input_ids=q, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+                synchronize(src.device)  # CUDA runs asynchronously: stop the clock when the pass has finished
                 dt = time.perf_counter() - t0
             cache.crop(-(P + 1))  # drop the tree's slots: every pass sees the same context
             if r >= warmup:

@@ -21,20 +21,33 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ...errors import BrwsimError
+from ....errors import BrwsimError
+from ...sources._hf import to_numpy
+from .._base import DraftModel
 from ._config import HeadConfig
 from ._model import Head
 from ._target import decode, features, parts, rope
 
 
-class EagleDraftModel:
-    """A draft model: ``name`` and ``context(prompt_ids)``; ``meta`` describes the trained head."""
+class EagleDraftModel(DraftModel):
+    """A draft model: ``name`` and ``context(prompt_ids)``; ``meta`` describes the trained head. The head runs on
+    the target's device."""
 
     def __init__(self, target, head: Head, meta: dict, name: str = "eagle-head"):
-        self.target, self.head, self.meta, self.name = target, head.eval(), meta, name
+        self.target, self.head, self.meta, self.name = target, head.to(target.device).eval(), meta, name
+        self.device = target.device
+        self.info: dict = {}
         self.head_config = HeadConfig(**meta["config"])
         self.vocab_size = int(target.vocab_size)
         self.eos_ids = target.eos_ids
+
+    @classmethod
+    def open(cls, spec, target, log=None):  # pragma: no cover - opened through the eagle-head registration
+        raise NotImplementedError
+
+    def cost_fraction(self) -> float:
+        """One head pass (one decoder layer and the LM head) as a fraction of the target's step: 1 / layers."""
+        return 1.0 / len(parts(self.target.model)[0])
 
     def context(self, prompt_ids: Sequence[int], temperature: float = 1.0) -> EagleContext:
         return EagleContext(self, [int(t) for t in prompt_ids], float(temperature))
@@ -45,14 +58,15 @@ class EagleDraftModel:
         if len(ids) < 3:
             raise BrwsimError("the eagle head's held-out rows need at least 3 tokens")
         model = self.target.model
-        t = torch.tensor([[int(x) for x in ids]])
+        dev = self.device
+        t = torch.tensor([[int(x) for x in ids]], device=dev)
         n = t.shape[1] - 1
         with torch.inference_mode():
             f = features(model, t[:, :-1])
-            cos, sin = rope(model, torch.arange(n)[None])
-            mask = torch.ones(n, n, dtype=torch.bool).tril()
+            cos, sin = rope(model, torch.arange(n, device=dev)[None])
+            mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
             out, _, _ = self.head.layer(self.head.embed_in(f, parts(model)[3](t[:, 1:])), cos, sin, mask=mask)
-            return torch.log_softmax(decode(model, out[0, :-1]).float(), dim=-1).numpy()
+            return to_numpy(torch.log_softmax(decode(model, out[0, :-1]).float(), dim=-1))
 
 
 class EagleContext:
@@ -66,12 +80,13 @@ class EagleContext:
         self.dm, self.T = dm, temperature
         self.model = dm.target.model
         self.L = len(prompt)
-        ids = torch.tensor([prompt])
+        self.device = dev = dm.device
+        ids = torch.tensor([prompt], device=dev)
         with torch.inference_mode():
             self.features = features(self.model, ids[:, :-1])[0]  # [L - 1, H]: the target's, verified context
             emb = parts(self.model)[3](ids[:, 1:])
-            cos, sin = rope(self.model, torch.arange(self.L - 1)[None])
-            mask = torch.ones(self.L - 1, self.L - 1, dtype=torch.bool).tril()
+            cos, sin = rope(self.model, torch.arange(self.L - 1, device=dev)[None])
+            mask = torch.ones(self.L - 1, self.L - 1, dtype=torch.bool, device=dev).tril()
             out, self.k, self.v = dm.head.layer(dm.head.embed_in(self.features[None], emb), cos, sin, mask=mask)
         self.passes = 1
         self.nodes = 0
@@ -82,12 +97,12 @@ class EagleContext:
 
     def _logp(self, feat: torch.Tensor) -> np.ndarray:
         with torch.inference_mode():
-            return torch.log_softmax(decode(self.model, feat).float() / self.T, dim=-1).numpy()
+            return to_numpy(torch.log_softmax(decode(self.model, feat).float() / self.T, dim=-1))
 
     def _step(self, nodes: list[tuple[int, ...]]) -> None:
         """One head pass for ``nodes`` (their parents all evaluated)."""
         P, S, B = self.L - 1, self.k.shape[2] - (self.L - 1), len(nodes)
-        allowed = torch.zeros((B, P + S + B), dtype=torch.bool)
+        allowed = torch.zeros((B, P + S + B), dtype=torch.bool)  # built here, moved once
         allowed[:, :P] = True
         for i, n in enumerate(nodes):
             for d in range(1, len(n)):
@@ -95,9 +110,11 @@ class EagleContext:
             allowed[i, P + S + i] = True
         with torch.inference_mode():
             fin = torch.stack([self.feat[n[:-1]] for n in nodes])[None]
-            emb = parts(self.model)[3](torch.tensor([[n[-1] for n in nodes]]))
-            cos, sin = rope(self.model, torch.tensor([[self.L - 2 + len(n) for n in nodes]]))
-            out, k, v = self.dm.head.layer(self.dm.head.embed_in(fin, emb), cos, sin, self.k, self.v, allowed)
+            dev = self.device
+            emb = parts(self.model)[3](torch.tensor([[n[-1] for n in nodes]], device=dev))
+            cos, sin = rope(self.model, torch.tensor([[self.L - 2 + len(n) for n in nodes]], device=dev))
+            emb_in = self.dm.head.embed_in(fin, emb)
+            out, k, v = self.dm.head.layer(emb_in, cos, sin, self.k, self.v, allowed.to(dev))
         self.k, self.v = torch.cat([self.k, k], 2), torch.cat([self.v, v], 2)
         rows = self._logp(out[0])
         for i, n in enumerate(nodes):

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from ..errors import BrwsimError
-from .source import Context, LogitsSource, Walker
+from ...errors import BrwsimError
+from ._base import Context, LogitsSource, Walker, WrappedWalker, Wrapper
 
 
 def check_temperature(T) -> float:
@@ -39,20 +39,12 @@ def temper(rows, T: float) -> np.ndarray:
     return out.astype(np.float32)
 
 
-class TempSource(LogitsSource):
+class TempSource(Wrapper):
     """A logits source at temperature ``T`` (every row through :func:`temper`)."""
 
     def __init__(self, inner: LogitsSource, T: float):
-        self.inner, self.T = inner, float(T)
-        self.name = inner.name
-        self.vocab_size = inner.vocab_size
-        self.eos_ids = inner.eos_ids
-
-    def encode(self, text):
-        return self.inner.encode(text)
-
-    def decode(self, ids):
-        return self.inner.decode(ids)
+        super().__init__(inner)
+        self.T = float(T)
 
     def open(self, prompt_ids) -> TempContext:
         return TempContext(self.inner.open(prompt_ids), self.T)
@@ -70,16 +62,6 @@ class TempContext(Context):
         return _TempWalker(self, self.inner.walker(n))
 
 
-class _TempWalker(Walker):
-    def __init__(self, ctx: TempContext, inner: Walker):
-        super().__init__(ctx, len(inner.prefixes))
-        self.inner = inner
-
-    def step(self, tokens):
-        rows = self.inner.step(tokens)
-        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
+class _TempWalker(WrappedWalker):
+    def rows(self, rows):
         return temper(rows, self.ctx.T)
-
-    def keep(self, rows):
-        self.inner.keep(rows)
-        self.prefixes = [self.prefixes[i] for i in rows]

@@ -31,16 +31,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..drafters import sequoia_dp
-from .drafter_models import row_divergences
-from .measure import PromptResult, _rng, oracle_tree, row_stats, sample_rows, sample_walks
-from .prompts import Prompt
-from .source import Context, Walker
-from .temperature import TempSource, temper
+from ...drafters import sequoia_dp
+from ..measure import PromptResult, oracle_tree, prompt_rng, row_stats, sample_rows, sample_walks
+from ..sources import Context, Prompt, TempSource, Walker, temper
+from ._base import Drafter
+from ._calibrate import STATS, row_divergences
 
 BUILDERS = ("topq", "chain", "eagle", "sequoia")
 PROPOSER_BUILDERS = ("lookup_tree", "lookup_chain")
-STATS = ("cross_entropy", "kl", "tv", "top1_agree", "target_entropy")
 EAGLE_TOP_K, EAGLE_DEPTH = 10, 7
 
 
@@ -291,11 +289,11 @@ def _checked(nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: i
 
 
 def measure_prompt_drafters(
-    target, drafters: list, prompt: Prompt, P_max: int, st: DrafterSettings, rates: list | None = None
+    target, drafters: list[Drafter], prompt: Prompt, P_max: int, st: DrafterSettings, rates: list | None = None
 ) -> tuple[PromptResult, list[DraftedPrompt]]:
     """Walks, the oracle and every drafter's trees, values, statistics and direct check on one prompt.
 
-    ``drafters``: draft models (``.context``) or proposers (``.tree``);
+    ``drafters``: draft models (a q) or proposers (paths only), told apart by their declared ``has_q``;
     ``rates[i]``: drafter i's positional acceptance rates for Sequoia (None: no Sequoia tree).
     """
     t0 = time.perf_counter()
@@ -303,9 +301,9 @@ def measure_prompt_drafters(
     ids = tsrc.encode(prompt.text)
     tctx = tsrc.open(ids)
     eos = target.eos_ids
-    views = [None if hasattr(d, "tree") else DraftView(d.context(ids), st.T) for d in drafters]
+    views = [DraftView(d.context(ids), st.T) if d.has_q else None for d in drafters]
     sctx = _StatsContext(tctx, views)
-    rng = _rng(st.seed, prompt)
+    rng = prompt_rng(st.seed, prompt)
     w = sample_walks(sctx, st.walks, st.depth, rng, P_max, eos) if st.walks > 0 else None
     o = oracle_tree(tctx, P_max, batch=st.batch, eos=eos)
     out = []

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import BrwsimError
+from ....errors import BrwsimError
 
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "pydoc_data", "__pycache__"})
 HELDOUT_EVERY = 10

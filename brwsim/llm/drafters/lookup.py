@@ -15,9 +15,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..._spec import Spec, number
+from ._base import Proposer, register
 
-class LookupProposer:
+
+@register("lookup")
+class LookupProposer(Proposer):
     """``lookup:n=N``: continuations of earlier occurrences of the context's last m <= N tokens."""
+
+    spec_keys = (set(), {"n"})
+    example = "lookup:n=3"
+
+    @classmethod
+    def check(cls, spec: Spec) -> None:
+        number(spec, "n", integer=True, lo=1, hi=16, default="3")
+
+    @classmethod
+    def open(cls, spec: Spec, target, log=None) -> LookupProposer:
+        return cls(int(number(spec, "n", integer=True, lo=1, hi=16, default="3")))
+
+    def cost_fraction(self) -> float:
+        return 0.0
 
     def __init__(self, n: int = 3):
         self.n = int(n)

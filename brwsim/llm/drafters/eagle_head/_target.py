@@ -6,7 +6,7 @@ import hashlib
 
 import torch
 
-from ...errors import BrwsimError
+from ....errors import BrwsimError
 
 
 def parts(model):
@@ -54,5 +54,5 @@ def rope(model, positions: torch.Tensor):
 
 def fingerprint(target) -> dict:
     """Identifies the target in the head's cache key: its name, vocabulary and a hash of its LM head."""
-    w = parts(target.model)[2].weight.detach().float().contiguous().numpy()
+    w = parts(target.model)[2].weight.detach().float().contiguous().cpu().numpy()
     return {"target": str(target.name), "vocab": int(w.shape[0]), "lm_head_sha256": hashlib.sha256(w).hexdigest()}

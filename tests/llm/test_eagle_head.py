@@ -19,7 +19,7 @@ from brwsim.errors import BrwsimError
 from brwsim.llm import missing_llm_modules
 
 HAVE_LLM = not missing_llm_modules()
-pytestmark = pytest.mark.skipif(not HAVE_LLM and not os.environ.get("CI"), reason="llm extra not installed")
+pytestmark = pytest.mark.needs_llm
 
 V = 49152
 PROMPT = [1, 563, 4017, 42, 9, 77, 1020]
@@ -29,8 +29,8 @@ PROMPT = [1, 563, 4017, 42, 9, 77, 1020]
 def tiny():
     from transformers import AutoTokenizer
 
-    from brwsim.llm.hf import HFSource
-    from brwsim.llm.models import converted
+    from brwsim.llm.sources._hf import HFSource
+    from brwsim.llm.sources._models import converted
 
     tok = AutoTokenizer.from_pretrained(str(converted("smollm2-135m")))
     return HFSource(tiny_llama(V, n_layers=2, seed=3), tok, name="tiny-eagle-test")
@@ -43,7 +43,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def drafter(tiny, cache):
-    from brwsim.llm import eagle_head
+    from brwsim.llm.drafters import eagle_head
 
     old = os.environ.get("BRWSIM_CACHE")
     os.environ["BRWSIM_CACHE"] = str(cache)
@@ -54,7 +54,7 @@ def drafter(tiny, cache):
 
 
 def test_quick_training_is_reproducible_and_cached(tiny, drafter, cache, tmp_path, monkeypatch):
-    from brwsim.llm import eagle_head
+    from brwsim.llm.drafters import eagle_head
 
     meta = drafter.meta
     assert drafter.name == "eagle-head-quick" and len(meta["sha256"]) == 64
@@ -76,10 +76,10 @@ def test_loss_decreases_and_heldout_is_reported(tiny, drafter):
 
     import torch
 
-    from brwsim.llm.eagle_head import _data
-    from brwsim.llm.eagle_head._model import head_for
-    from brwsim.llm.eagle_head._train import target_tables
-    from brwsim.llm.eagle_head._unroll import loss
+    from brwsim.llm.drafters.eagle_head import _data
+    from brwsim.llm.drafters.eagle_head._model import head_for
+    from brwsim.llm.drafters.eagle_head._train import target_tables
+    from brwsim.llm.drafters.eagle_head._unroll import loss
 
     cfg = dataclasses.replace(drafter.head_config, noise=0.0)
     ids, _ = _data.chunks(tiny.tokenizer, cfg.train_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, False)
@@ -139,8 +139,8 @@ def test_drafting_equals_the_training_unroll(tiny, drafter):
     """A depth-d node of a drafted tree is the head's depth-(d + 1) prediction of training (same inputs, same mask)."""
     import torch
 
-    from brwsim.llm.eagle_head._target import decode, features
-    from brwsim.llm.eagle_head._unroll import unroll
+    from brwsim.llm.drafters.eagle_head._target import decode, features
+    from brwsim.llm.drafters.eagle_head._unroll import unroll
 
     ids = PROMPT + [311]
     toks = torch.tensor([ids])
@@ -156,8 +156,8 @@ def test_drafting_equals_the_training_unroll(tiny, drafter):
 
 
 def test_bad_config_and_inputs_are_one_line_errors(tiny, drafter):
-    from brwsim.llm import eagle_head
-    from brwsim.llm.source import FileSource
+    from brwsim.llm.drafters import eagle_head
+    from brwsim.llm.sources import FileSource
 
     cases = [
         (lambda: eagle_head.HeadConfig(steps=0), "steps must be a positive integer"),
