@@ -174,8 +174,10 @@ def test_from_llm_oracle_and_every_real_drafter():
     from brwsim.llm.results import run_from_dict
 
     res = [{"P": 1, "mean": 0.8, "ci95": 0.1}, {"P": 4, "mean": 2.0, "ci95": 0.2}]
-    rows = [{"P": 1, "topq": 0.5, "topq_ci95": 0.1, "chain": 0.5, "chain_ci95": 0.1, "best_builder": "topq"},
-            {"P": 4, "topq": 1.0, "topq_ci95": 0.2, "chain": 0.9, "chain_ci95": 0.2, "best_builder": "topq"}]  # fmt: skip
+    rows = [
+        {"P": 1, "topq": 0.5, "topq_ci95": 0.1, "chain": 0.5, "chain_ci95": 0.1, "best_builder": "topq"},
+        {"P": 4, "topq": 1.0, "topq_ci95": 0.2, "chain": 0.9, "chain_ci95": 0.2, "best_builder": "topq"},
+    ]
     dr = {"name": "layerskip:skip=3-10", "prompts": 2, "builders": ["topq", "chain"], "results": rows,
           "draft_fraction": 0.2}  # fmt: skip
     look = dr | {"name": "lookup:n=3", "draft_fraction": 0.0}
@@ -244,8 +246,8 @@ def test_achieved_roofline_arithmetic_by_hand():
 def test_timed_tree_pass_on_a_tiny_model():
     pytest.importorskip("torch")
     from brwsim.llm.sources._hf import HFSource
-    from brwsim.speedup._timing import _tree_inputs
     from brwsim.speedup import measure_cost, shape_of_hf
+    from brwsim.speedup._timing import _tree_inputs
 
     src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
     c = measure_cost(src, [1, 4], context=8, repeats=2)
@@ -265,8 +267,8 @@ def test_timed_tree_pass_on_a_tiny_model():
 def test_cpu_achieved_on_a_tiny_model():
     torch = pytest.importorskip("torch")
     from brwsim.llm.sources._hf import HFSource
-    from brwsim.speedup._timing import linear_shapes
     from brwsim.speedup import cpu_achieved
+    from brwsim.speedup._timing import linear_shapes
 
     src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
     lin = torch.nn.functional.linear

@@ -82,7 +82,9 @@ def add_parser(sub) -> None:
     s.add_argument("--batch", type=int, default=4, help="tree nodes per forward pass (default 4)")
     s.add_argument("--dtype", default="float32", help="float32 (default) or bfloat16")
     s.add_argument("--threads", type=int, default=1, help="torch threads (default 1; see docs/llm.md)")
-    s.add_argument("--device", default="auto", help="torch device: auto (a GPU if torch sees one, else cpu), cpu, cuda[:N], mps")
+    s.add_argument(
+        "--device", default="auto", help="torch device: auto (a GPU if torch sees one, else cpu), cpu, cuda[:N], mps"
+    )
     s.add_argument("--max-prompt-tokens", type=int, default=384, help="keep the last N prompt tokens (default 384)")
     s.add_argument("--save-pool", default=None, help="directory to keep each task's surrogate pool .npz")
     s.add_argument("--record", default=None, help="save every log-prob row asked to this .npz (saved-logits file)")

@@ -5,7 +5,7 @@ oracle, the i.i.d. surrogate and the bounds at each P, :class:`OracleRow`)
 and, per task, one :class:`DrafterResult` per real drafter (its trees' E[X]
 at each P, :class:`DrafterRow`; its statistics; its :class:`CheckResult`).
 Every class has ``to_dict()``: the JSON of ``brwsim llm --json``
-(docs/llm.md, "JSON output"); :func:`run_from_dict` reads that JSON back.
+(docs/llm.md, "Layout"); :func:`run_from_dict` reads that JSON back.
 X = accepted draft tokens per verifier call (tokens per call = X + 1).
 """
 
@@ -84,7 +84,10 @@ class DrafterRow:
             d[b], d[b + "_ci95"] = m, c
         if self.best_builder:
             d["best"], d["best_builder"], d["best_ci95"] = self.best[0], self.best_builder, self.best[1]
-            d["fraction_of_oracle"], d["fraction_of_oracle_ci95"] = self.fraction_of_oracle, self.fraction_of_oracle_ci95
+            d["fraction_of_oracle"], d["fraction_of_oracle_ci95"] = (
+                self.fraction_of_oracle,
+                self.fraction_of_oracle_ci95,
+            )
         return d | self.ik
 
     @classmethod

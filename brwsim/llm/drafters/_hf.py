@@ -120,5 +120,3 @@ def range_text(layers: Sequence[int]) -> str:
             out.append(f"{start}-{x}" if x != start else f"{x}")
             start = None
     return "/".join(out)
-
-

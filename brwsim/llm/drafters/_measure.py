@@ -35,7 +35,7 @@ from ...drafters import sequoia_dp
 from ..measure import PromptResult, oracle_tree, prompt_rng, row_stats, sample_rows, sample_walks
 from ..sources import Context, Prompt, TempSource, Walker, temper
 from ._base import Drafter
-from ._calibrate import STATS, row_divergences
+from ._calibrate import row_divergences
 
 BUILDERS = ("topq", "chain", "eagle", "sequoia")
 PROPOSER_BUILDERS = ("lookup_tree", "lookup_chain")

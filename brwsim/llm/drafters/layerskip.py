@@ -8,7 +8,7 @@ shared with the target (no copy).
 
 from __future__ import annotations
 
-from ..._spec import Spec
+from ..._spec import Spec, number
 from ...errors import BrwsimError
 from ._base import register
 from ._calibrate import heldout_ids, row_divergences, teacher_forced
@@ -49,8 +49,6 @@ def auto_skip(target, n: int | None, log=None) -> tuple[list[int], dict]:
             log(f"layerskip:auto: skip {a + 1}-{a + n}: held-out KL {d[1]:.3f}, top-1 {d[3]:.3f}")
     kl, neg_top, a = min(scores)
     return [i + 1 for i in range(a, a + n)], {"heldout_kl_choice": kl, "heldout_top1_choice": -neg_top}
-
-
 
 
 @register("layerskip")

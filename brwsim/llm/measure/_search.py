@@ -160,5 +160,3 @@ def oracle_tree(ctx: Context, P_max: int, batch: int = 4, eos=frozenset(), K: in
         evaluated=t.evaluated,
         passes=t.passes,
     )
-
-

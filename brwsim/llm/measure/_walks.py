@@ -93,5 +93,3 @@ def prompt_rng(seed: int, prompt: Prompt) -> np.random.Generator:
     # a stable per-prompt stream (str hash is salted per process, so use the bytes)
     tag = int.from_bytes((prompt.task + "\0" + prompt.id).encode()[:16].ljust(16, b"\0"), "little")
     return np.random.default_rng([seed, tag & 0xFFFFFFFF, tag >> 32 & 0xFFFFFFFF, tag >> 64])
-
-

@@ -1,4 +1,4 @@
-"""Logits sources: the models whose token trees are measured (docs/llm.md, "Sources").
+"""Logits sources: the models whose token trees are measured (docs/llm.md, "Layout").
 
 - :mod:`._base`: the interface (:class:`LogitsSource`, :class:`Context`,
   :class:`Walker`) and the capabilities a drafter may need

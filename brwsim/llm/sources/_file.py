@@ -18,8 +18,6 @@ from ._base import Context, LogitsSource, WrappedWalker, Wrapper
 FILE_FORMAT = "brwsim-logits-v1"
 
 
-
-
 def _key(prompt: Sequence[int], prefix: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(int(t) for t in prompt), tuple(int(t) for t in prefix)
 
