@@ -38,8 +38,9 @@ import time
 
 import numpy as np
 
-from brwsim.llm.models import load_source
-from brwsim.llm.timing import (
+from brwsim.llm.sources import load_source
+from brwsim.speedup import AchievedRooflineCost, Hardware, cpu_roofline, shape_of_hf
+from brwsim.speedup._timing import (
     attention_throughput,
     gemm_throughput,
     linear_shapes,
@@ -47,7 +48,6 @@ from brwsim.llm.timing import (
     stubbed_kernels,
     verify_times,
 )
-from brwsim.speedup import AchievedRooflineCost, Hardware, cpu_roofline, shape_of_hf
 
 
 def linear_times(model, P_list, repeats: int) -> dict[int, float]:

@@ -1,4 +1,4 @@
-"""Real drafters on real token trees (brwsim.llm.drafter_models, real_drafters): a tiny random Llama, then
+"""Real drafters on real token trees (brwsim.llm.drafters): a tiny random Llama, then
 the shipped model with tiny budgets."""
 
 from __future__ import annotations

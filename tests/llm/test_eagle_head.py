@@ -1,4 +1,4 @@
-"""The trained EAGLE-style draft head (brwsim.llm.eagle_head) on a tiny random Llama with the shipped tokenizer.
+"""The trained EAGLE-style draft head (brwsim.llm.drafters.eagle_head) on a tiny random Llama, shipped tokenizer.
 
 The tiny target (hidden 16, 2 layers, the shipped model's 49,152-token
 vocabulary) makes training take seconds; the code paths are those of the

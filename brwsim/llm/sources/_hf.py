@@ -11,7 +11,7 @@ forward pass of B query tokens with a 4D attention mask (each new token sees
 the prompt, the slots of its own ancestors and itself) and
 ``position_ids = len(prompt) + depth - 1``. Every node's token therefore goes
 through the model exactly once, and the answer equals full recomputation up
-to float rounding (tests/test_llm.py checks it).
+to float rounding (tests/llm/test_llm.py checks it).
 
 Walks (:meth:`HFContext.walker`) copy the prompt cache ``n`` times along the
 batch axis and decode the ``n`` continuations in lock-step; finished rows are
