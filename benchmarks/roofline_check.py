@@ -41,6 +41,7 @@ import numpy as np
 from brwsim.llm.sources import load_source
 from brwsim.speedup import AchievedRooflineCost, Hardware, cpu_roofline, shape_of_hf
 from brwsim.speedup._timing import (
+    Peaks,
     attention_throughput,
     gemm_throughput,
     linear_shapes,
@@ -117,8 +118,8 @@ def measure_interleaved(src, P_list, context: int, repeats: int):
         with stubbed_kernels():
             for P, ts in verify_times(src, Ps, context=context, repeats=1, warmup=int(r == 0), seed=r).items():
                 rest[P] += ts
-    peaks = {k: float(np.median([p[k] for p in pk])) for k in ("bandwidth", "flops")}
-    peaks |= {k + "_range": [min(p[k] for p in pk), max(p[k] for p in pk)] for k in ("bandwidth", "flops")}
+    bw, fl = [p.bandwidth for p in pk], [p.flops for p in pk]
+    peaks = Peaks(float(np.median(bw)), float(np.median(fl)), (min(bw), max(bw)), (min(fl), max(fl)))
     roof = cpu_roofline(src, context=context, peaks=peaks)
     rest_med = {P: statistics.median(ts) for P, ts in rest.items()}
     slope, icpt = np.polyfit([P + 1 for P in Ps], [rest_med[P] for P in Ps], 1)
@@ -154,7 +155,7 @@ def run(P_list, context: int, repeats: int) -> dict:
         })  # fmt: skip
     return {
         "model": "smollm2-135m", "params": roof.shape.params, "bytes_per_param": roof.bytes_per_param,
-        "context": context, "repeats": repeats, "peaks": peaks, "ridge_P": roof.ridge_P(),
+        "context": context, "repeats": repeats, "peaks": peaks.to_dict(), "ridge_P": roof.ridge_P(),
         "achieved_overhead_s": ach.hardware.overhead, "achieved_per_token_s": ach.per_token,
         "achieved_cost": ach.to_dict(), "fitted_overhead_s": o, "fit2_overhead_s": o2, "fit2_flops": f2, "rows": rows,
         "load_average_1min": [load_before, os.getloadavg()[0]],

@@ -94,7 +94,7 @@ def _point_rows(prompt, pr, drs, secs) -> dict:
                 "stats": None if d.walk_stats is None else d.walk_stats.mean(0).tolist(),
                 "xi_q": None if d.xi_q is None else d.xi_q.tolist(),
                 "s_P": None if d.s_P is None else [float(x) for x in d.s_P],
-                "check": d.check,
+                "check": d.check.to_dict() if d.check else {},
                 "passes": d.passes,
             }
             for d in drs

@@ -272,7 +272,9 @@ def test_cpu_achieved_on_a_tiny_model():
 
     src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
     lin = torch.nn.functional.linear
-    peaks = {"bandwidth": 1e10, "flops": 1e11}
+    from brwsim.speedup._timing import Peaks
+
+    peaks = Peaks(bandwidth=1e10, flops=1e11)
     c = cpu_achieved(src, [1, 4], context=8, repeats=1, peaks=peaks)
     assert torch.nn.functional.linear is lin  # the stubs are gone after the timing of the rest of the pass
     assert c.gemms == tuple(linear_shapes(src.model)) and (16, 7, 1) in c.gemms  # the LM head: 16 -> 7 tokens

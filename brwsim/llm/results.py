@@ -17,10 +17,6 @@ import math
 from ..errors import BrwsimError
 
 
-def _nan_none(x):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
 @dataclasses.dataclass(frozen=True)
 class OracleRow:
     """One budget P of a task: the real oracle's E[X] (mean over prompts, 95% CI), the surrogate, the bounds."""
@@ -152,11 +148,15 @@ class TaskResult:
         """The oracle's ``(P, mean, ci95)``."""
         return [(r.P, r.mean, r.ci95) for r in self.rows]
 
-    def __getattr__(self, name):  # mu, mu2, mu_ci95, ... when walked
-        walks = self.__dict__.get("walks", {})
-        if name in walks:
-            return walks[name]
-        raise AttributeError(name)
+    @property
+    def mu(self) -> float | None:
+        """Mean entropy (nats) of the visited nodes along the walks (None: not walked)."""
+        return self.walks.get("mu")
+
+    @property
+    def mu2(self) -> float | None:
+        """Mean second log-moment of the visited nodes along the walks (None: not walked)."""
+        return self.walks.get("mu2")
 
     def to_dict(self) -> dict:
         d = {"task": self.task, "prompts": self.prompts} | self.walks

@@ -32,6 +32,7 @@ from .drafters import (
 from .measure import summarize_task
 from .results import RunResult, TaskResult, Timing
 from .sources import Recorder, check_temperature, load_prompts, load_source
+from .sources._hf import check_threads
 
 HELDOUT_TOKENS = 256  # held-out positions for each drafter's calibration (Sequoia's rates, held-out KL)
 
@@ -78,8 +79,7 @@ class RunOptions:
             parse_drafter(spec)
         if drafters and self.record:
             raise BrwsimError("--record and --drafter cannot be combined (a saved-logits file holds target rows only)")
-        if self.threads is not None and (isinstance(self.threads, bool) or not int(self.threads) >= 1):
-            raise BrwsimError(f"--threads must be an integer >= 1, got {self.threads!r}")
+        check_threads(self.threads)
         check_positive_int("check_samples", self.check_samples, 0)
         check_positive_int("check_P", self.check_P)
         check_positive_int("heldout_tokens", self.heldout_tokens, 2)

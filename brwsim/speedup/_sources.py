@@ -22,6 +22,7 @@ from ._costs import AchievedRooflineCost, DraftCost, RooflineCost, VerifyCost, m
 from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
 from ._names import MEASURED, hardware_names
 from ._timing import (
+    Peaks,
     attention_throughput,
     gemm_throughput,
     linear_shapes,
@@ -36,7 +37,7 @@ DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
 def measure_cost(source, P_list, context: int = 256, repeats: int = 5) -> VerifyCost:
     """The measured t_verify of a loaded real model at each budget (and P = 0) on this machine."""
     times = verify_times(source, P_list, context=context, repeats=repeats)
-    return measured_cost(times, f"measured: {getattr(source, 'name', 'model')}, L={context}, {repeats} repeats")
+    return measured_cost(times, f"measured: {source.name}, L={context}, {repeats} repeats")
 
 
 def measure_draft_cost(drafter, context: int = 256, repeats: int = 5) -> DraftCost | None:
@@ -51,12 +52,12 @@ def measure_draft_cost(drafter, context: int = 256, repeats: int = 5) -> DraftCo
     return DraftCost(t, "P", label, "measured")
 
 
-def cpu_roofline(source, context: int = 256, overhead: float = 0.0, peaks: dict | None = None) -> RooflineCost:
+def cpu_roofline(source, context: int = 256, overhead: float = 0.0, peaks: Peaks | None = None) -> RooflineCost:
     """The roofline of a loaded real model with this machine's measured bandwidth and FLOP/s."""
     peaks = peaks or machine_peaks()
-    hw = Hardware("this machine", peaks["bandwidth"], peaks["flops"], overhead, f"measured here: {peaks}")
+    hw = Hardware("this machine", peaks.bandwidth, peaks.flops, overhead, f"measured here: {peaks.to_dict()}")
     bpp = float(next(source.model.parameters()).element_size())
-    return RooflineCost(hw, shape_of_hf(source.model, getattr(source, "name", "model")), bpp, context)
+    return RooflineCost(hw, shape_of_hf(source.model, source.name), bpp, context)
 
 
 def rest_of_pass(source, P_list, context: int = 256, repeats: int = 3) -> tuple[float, float, dict]:
@@ -72,7 +73,7 @@ def rest_of_pass(source, P_list, context: int = 256, repeats: int = 3) -> tuple[
 
 
 def cpu_achieved(
-    source, P_list, context: int = 256, repeats: int = 3, peaks: dict | None = None, overlap: bool = False
+    source, P_list, context: int = 256, repeats: int = 3, peaks: Peaks | None = None, overlap: bool = False
 ):
     """The achieved roofline (:class:`AchievedRooflineCost`) of a loaded real model on this machine: the copy
     bandwidth, each weight shape's and the attention's achieved FLOP/s at ``P + 1`` rows for every P of ``P_list``
@@ -82,13 +83,13 @@ def cpu_achieved(
     peaks = peaks or machine_peaks()
     Ps = sorted({0, *(int(P) for P in P_list)})
     rows = [P + 1 for P in Ps]
-    shape = shape_of_hf(source.model, getattr(source, "name", "model"))
+    shape = shape_of_hf(source.model, source.name)
     gemms = tuple(linear_shapes(source.model))
     gf = gemm_throughput(gemms, rows, repeats=repeats)
     heads = shape.attn_dim // shape.head_dim
     af = attention_throughput(heads, shape.head_dim, context, rows, repeats=repeats)
     over, per_tok, rest = rest_of_pass(source, Ps, context=context, repeats=repeats)
-    hw = Hardware("this machine", peaks["bandwidth"], peaks["flops"], over, f"measured here: {peaks}")
+    hw = Hardware("this machine", peaks.bandwidth, peaks.flops, over, f"measured here: {peaks.to_dict()}")
     bpp = float(next(source.model.parameters()).element_size())
     rest_rows = {P + 1: t for P, t in rest.items()}
     return AchievedRooflineCost(hw, shape, gemms, gf, af, bpp, context, per_tok, overlap, rest_rows)
@@ -132,7 +133,7 @@ def verify_cost(
     if overhead is not None:
         hw = dataclasses.replace(hw, overhead=float(overhead))
     if target is None and params is None and isinstance(source, TransformersModel):
-        shape = shape_of_hf(source.model, getattr(source, "name", "model"))
+        shape = shape_of_hf(source.model, source.name)
     else:
         shape = model_shape(target, params)
     return RooflineCost(hw, shape, float(bytes_per_param), int(context))

@@ -13,6 +13,7 @@ FLOP/s (a large float32 matrix product) with the same torch threads.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -75,7 +76,24 @@ def _ids(torch, rng, vocab: int, n: int, src):
     return torch.tensor([rng.integers(0, vocab, size=n).tolist()], device=src.device)
 
 
-def machine_peaks(copy_mb: int = 512, matmul_n: int = 2048, repeats: int = 5) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Peaks:
+    """This machine's measured memory bandwidth (bytes/s; a copy counts read + write) and float32 FLOP/s (medians),
+    their ranges over the repeats, and what they were measured with."""
+
+    bandwidth: float
+    flops: float
+    bandwidth_range: tuple[float, float] | None = None
+    flops_range: tuple[float, float] | None = None
+    threads: int | None = None
+    copy_mb: int | None = None
+    matmul_n: int | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def machine_peaks(copy_mb: int = 512, matmul_n: int = 2048, repeats: int = 5) -> Peaks:
     """This machine's memory bandwidth (bytes/s, a copy counts read + write) and float32 FLOP/s (median of repeats),
     with the torch threads in use."""
     torch = _torch()
@@ -96,15 +114,8 @@ def machine_peaks(copy_mb: int = 512, matmul_n: int = 2048, repeats: int = 5) ->
         t0 = time.perf_counter()
         x @ y
         fl.append(2 * matmul_n**3 / (time.perf_counter() - t0))
-    return {
-        "bandwidth": float(np.median(bw)),
-        "bandwidth_range": [float(min(bw)), float(max(bw))],
-        "flops": float(np.median(fl)),
-        "flops_range": [float(min(fl)), float(max(fl))],
-        "threads": int(torch.get_num_threads()),
-        "copy_mb": copy_mb,
-        "matmul_n": matmul_n,
-    }
+    return Peaks(float(np.median(bw)), float(np.median(fl)), (float(min(bw)), float(max(bw))),
+                 (float(min(fl)), float(max(fl))), int(torch.get_num_threads()), copy_mb, matmul_n)  # fmt: skip
 
 
 def linear_shapes(model) -> list[tuple[int, int, int]]:

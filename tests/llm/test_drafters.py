@@ -170,7 +170,7 @@ def test_builders_direct_check_and_imperfect_knowledge_bound(tiny):
             ok = np.isfinite(v)
             assert np.all(v[ok] <= oracle[ok] + 1e-6), (o.name, b)
         c = o.check
-        assert abs(c["mean"] - c["value"]) <= 4 * c["se"] + 1e-9, (o.name, c)
+        assert abs(c.mean - c.value) <= 4 * c.se + 1e-9, (o.name, c)
         for P in (1, 4, 16):
             b = threshold_bound([(o.xi_q, float(o.s_P[P - 1]))])
             assert b["truncated_walks"] == 0

@@ -222,6 +222,23 @@ def q_surprisals(view: DraftView, tokens: list, depth: int) -> np.ndarray:
     return xq
 
 
+@dataclasses.dataclass(frozen=True)
+class PromptCheck:
+    """The direct check on one prompt: ``samples`` speculative calls on the ``builder``'s tree at budget ``P``; the
+    mean X, its exact standard error under the path probabilities (``se``) and the sample one, the tree's value."""
+
+    builder: str
+    P: int
+    samples: int
+    mean: float
+    se: float
+    value: float
+    sample_se: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass
 class DraftedPrompt:
     """One drafter on one prompt."""
@@ -231,7 +248,7 @@ class DraftedPrompt:
     walk_stats: np.ndarray | None  # [visited nodes, len(STATS)]
     xi_q: np.ndarray | None  # [walks, depth] q-surprisals along the target's walks
     s_P: np.ndarray | None  # [P_max] the top-Q tree's threshold -log Q of its P-th node
-    check: dict  # builder, P, X samples' mean and standard error, the tree's value
+    check: PromptCheck | None  # the direct check (None: not run)
     passes: int  # drafter forward passes in this prompt's context
 
 
@@ -272,7 +289,7 @@ def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, 
     return nodes, values, s_P
 
 
-def _checked(nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: int) -> dict:
+def _checked(nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: int) -> PromptCheck:
     """The direct check on the builder with the largest value at the check budget: ``se`` is the exact standard
     error of the mean of X under the path probabilities (so ``z = (mean - value) / se`` tests the claim)."""
     P = min(st.check_P, P_max)
@@ -284,8 +301,8 @@ def _checked(nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: i
     # the exact variance of X under the path probabilities: X^2 = sum over accepted v of (2 depth(v) - 1)
     var = float(np.sum(Pv * (2 * np.array([len(v) for v in tree]) - 1))) - value**2 if tree else 0.0
     se = float(np.sqrt(max(var, 0.0) / len(X)))
-    out = {"builder": best, "P": P, "samples": len(X), "mean": float(X.mean()), "se": se, "value": value}
-    return out | {"sample_se": float(X.std(ddof=1) / np.sqrt(len(X))) if len(X) > 1 else float("nan")}
+    sample_se = float(X.std(ddof=1) / np.sqrt(len(X))) if len(X) > 1 else float("nan")
+    return PromptCheck(best, P, len(X), float(X.mean()), se, value, sample_se)
 
 
 def measure_prompt_drafters(
@@ -316,7 +333,7 @@ def measure_prompt_drafters(
             nodes, values, s_P = _model_trees(view, tctx, P_max, rates[i] if rates else None, st, eos)
             xq = q_surprisals(view, w.tokens, st.depth) if w is not None else None
             stats = np.concatenate(sctx.stats[i]) if sctx.stats[i] else None
-        check = _checked(nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else {}
+        check = _checked(nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else None
         passes = int(view.dctx.passes) if view is not None else 0
         out.append(DraftedPrompt(d.name, values, stats, xq, s_P, check, passes))
     return PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0), out

@@ -43,14 +43,14 @@ def _check(results: list[DraftedPrompt]) -> CheckResult | None:
     if not cs:
         return None
     n = len(cs)
-    mean = float(np.mean([c["mean"] for c in cs]))
-    value = float(np.mean([c["value"] for c in cs]))
-    se = math.sqrt(sum(c["se"] ** 2 for c in cs)) / n
+    mean = float(np.mean([c.mean for c in cs]))
+    value = float(np.mean([c.value for c in cs]))
+    se = math.sqrt(sum(c.se**2 for c in cs)) / n
     z = (mean - value) / se if se > 0 else (0.0 if mean == value else math.inf)
-    builders = sorted({c["builder"] for c in cs})
-    max_z = max(abs(c["mean"] - c["value"]) / c["se"] if c["se"] > 0 else 0.0 for c in cs)
-    calls = int(sum(c["samples"] for c in cs))
-    return CheckResult(cs[0]["P"], builders, calls, mean, Z95 * se, value, z, max_z)
+    builders = sorted({c.builder for c in cs})
+    max_z = max(abs(c.mean - c.value) / c.se if c.se > 0 else 0.0 for c in cs)
+    calls = int(sum(c.samples for c in cs))
+    return CheckResult(cs[0].P, builders, calls, mean, Z95 * se, value, z, max_z)
 
 
 def _ik(results: list[DraftedPrompt], P: int, stats: dict) -> dict:
