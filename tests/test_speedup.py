@@ -318,3 +318,19 @@ def test_cli_plan_drafter_beside_the_oracle(tmp_path, capsys):
         assert r["ex"] == pytest.approx(ex, rel=1e-6) and r["t_draft"] == pytest.approx(0.5 * r["P"])
         assert r["speedup"] == pytest.approx((ex + 1) / (COSTS[r["P"]] + 0.5 * r["P"]), rel=1e-6)
     assert chain["best"]["P"] == 1 and oracle["best"]["P"] == 2
+
+
+def test_cli_plan_from_json_of_a_real_model_run_with_drafters(tmp_path, capsys):
+    """``brwsim plan --from-json`` of a ``brwsim llm --json`` output plans the oracle and every real drafter."""
+    rows = [{"P": P, "topq": m, "topq_ci95": 0.1, "best_builder": "topq"} for P, m in ((1, 0.5), (2, 0.8))]
+    dr = {"name": "lowbit:bits=4", "prompts": 2, "builders": ["topq"], "results": rows, "draft_fraction": 0.125}
+    res = [{"P": 1, "mean": 0.8, "ci95": 0.1}, {"P": 2, "mean": 1.2, "ci95": 0.2}]
+    run = {"model": "m", "vocab_size": 9, "tasks": [{"task": "code", "prompts": 2, "results": res, "drafters": [dr]}]}
+    f, cost = tmp_path / "run.json", tmp_path / "cost.csv"
+    f.write_text(json.dumps(run))
+    cost.write_text("0,1.0\n1,1.0\n2,1.0\n")
+    assert main(["plan", "--from-json", str(f), "--hardware", f"csv:{cost}", "--json"]) == 0
+    tables = json.loads(capsys.readouterr().out)["tables"]
+    assert [t["drafter"] for t in tables] == ["oracle", "lowbit:bits=4 (topq)"]
+    row = tables[1]["rows"][2]  # P = 2: (0.8 + 1) / (1 + 2 x 0.125)
+    assert row["t_draft"] == pytest.approx(0.25) and row["speedup"] == pytest.approx(1.8 / 1.25)

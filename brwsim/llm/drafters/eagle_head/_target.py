@@ -48,7 +48,7 @@ def decode(model, feat: torch.Tensor) -> torch.Tensor:
 def rope(model, positions: torch.Tensor):
     """(cos, sin) of the target's rotary embedding at ``positions [B, T]``."""
     rot = parts(model)[4]
-    dummy = torch.zeros((), dtype=torch.float32)
+    dummy = torch.zeros((), dtype=torch.float32, device=positions.device)
     return rot(dummy, positions)
 
 

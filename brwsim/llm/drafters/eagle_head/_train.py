@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -55,7 +56,7 @@ def tables(model, ids, hid, topk: int, path: Path, progress: bool) -> tuple:
     """
     if path.is_file():
         try:
-            t = torch.load(path, weights_only=True)
+            t = torch.load(path, weights_only=True, map_location="cpu")
             return t["f"], t["tops"], t["hf"], True
         except (OSError, RuntimeError, KeyError):
             pass  # recomputed below
@@ -135,7 +136,7 @@ def load(model, dest: Path) -> tuple[Head, dict] | None:
         return None
     try:
         meta = json.loads((dest / "meta.json").read_text())
-        state = torch.load(dest / "head.pt", weights_only=True)
+        state = torch.load(dest / "head.pt", weights_only=True, map_location="cpu")
         head = head_for(model, float(state["scale"]))
         head.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
@@ -147,11 +148,17 @@ def load(model, dest: Path) -> tuple[Head, dict] | None:
     return head.eval(), meta
 
 
+def cpu_model(model):
+    """The model on the CPU: training, its tables and the cache work on CPU tensors, so a target on another device
+    is copied here (the trained head then runs on the target's device, :class:`._drafter.EagleDraftModel`)."""
+    return model if next(model.parameters()).device.type == "cpu" else copy.deepcopy(model).to("cpu")
+
+
 def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Head, dict]:
-    """Train (or load from the cache) the head for ``target`` under ``cfg``; returns (head, metadata)."""
+    """Train (or load from the cache) the head for ``target`` under ``cfg`` on the CPU; returns (head, metadata)."""
     say = log or (lambda _msg: None)
     t0 = time.perf_counter()
-    tok, model = target.tokenizer, target.model
+    tok, model = target.tokenizer, cpu_model(target.model)
     ids, files = _data.chunks(tok, cfg.train_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, heldout=False)
     hid, hfiles = _data.chunks(tok, cfg.heldout_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, heldout=True)
     data, fp = _data.data_spec(ids, hid), fingerprint(target)
