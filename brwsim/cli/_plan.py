@@ -198,7 +198,9 @@ def add_parser(sub) -> None:
     d.add_argument("--draft-pass-seconds", type=float, default=0.0, help="with --law: seconds per drafter pass")
     d.add_argument("--draft-passes", type=int, default=None, help="with --law: passes per tree (default P)")
     g = s.add_argument_group("--model: the real-model run (brwsim llm's options, small defaults)")
-    g.add_argument("--prompts", default="humaneval", help="humaneval, pydoc or a .jsonl file (default humaneval)")
+    g.add_argument(
+        "--prompts", default="humaneval", help="humaneval, pydoc, sharegpt or a .jsonl file (default humaneval)"
+    )
     g.add_argument("--n", type=int, default=2, help="prompts per task (default 2)")
     g.add_argument("--walks", type=int, default=8, help="sampled continuations per prompt (default 8)")
     g.add_argument("--depth", type=int, default=16, help="tokens per continuation (default 16)")

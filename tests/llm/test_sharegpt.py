@@ -8,7 +8,7 @@ import json
 import pytest
 
 from brwsim.errors import BrwsimError
-from brwsim.llm import sharegpt
+from brwsim.llm.sources import _sharegpt as sharegpt
 
 
 def _conv(i, text):

@@ -21,7 +21,7 @@ import importlib.util
 import json
 import os
 
-from ..errors import BrwsimError
+from ...errors import BrwsimError
 
 EVAL_BYTES = 32  # first sha256 byte < 32: 1 conversation in 8 is kept for evaluation
 MIN_CHARS, MAX_CHARS = 24, 2000  # a chat prompt: a real question, short enough to fit the context
