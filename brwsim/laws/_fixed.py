@@ -75,7 +75,7 @@ class Fixed(Law):
 def fixed_law(probs) -> Fixed:
     """A :class:`Fixed` law from a probability vector (validated: >= 0, sums to 1)."""
     p = check_distribution(probs, "fixed law")
-    p = np.sort(p)[::-1]
+    p = np.sort(p / p.sum())[::-1]  # exactly normalised: no log-probability above 0
     with np.errstate(divide="ignore"):
         lp = np.log(p)
     return Fixed(logp=jnp.asarray(lp, jnp.float32))
