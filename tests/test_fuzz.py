@@ -120,6 +120,9 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
     except SystemExit as e:  # argparse: a bad option value or a missing argument
         code = e.code
     out, err = capsys.readouterr()
+    if os.environ.get("BRWSIM_FUZZ_LOG"):  # a long run's tally: one line per case
+        with open(os.environ["BRWSIM_FUZZ_LOG"], "a") as f:
+            f.write(f"{argv[0]}\t{code}\t{' '.join(argv[1:])!r}\n")
     return code, out, err
 
 
@@ -141,10 +144,29 @@ def check_outcome(argv, code, out, err, cmd: str) -> None:
         check_values(d)
 
 
+def drafter_options():
+    """Nothing (the oracle) most often; else a drafter, perhaps with its draft law q."""
+    drafter = st.sampled_from(["topq", "chain", "eagle:top_k=2,depth=2", "sequoia", "nosuch", "", "eagle:top_k=0"])
+    draft_law = st.one_of(
+        st.just(None),
+        real(0.01, 3).map("noise:sigma=".__add__),
+        real(0.2, 5).map("temp:T=".__add__),
+        st.tuples(real(0, 1), spec(1)).map(lambda t: f"mix:w={t[0]},law={t[1]}"),
+    )
+    pair = st.tuples(drafter, draft_law).map(
+        lambda t: ["--drafter", t[0]] + ([] if t[1] is None else ["--draft-law", t[1]])
+    )
+    return st.one_of(st.just([]), st.just([]), pair)
+
+
 @FUZZ
-@given(law=spec(), P=P_list(), trees=count(1, 20), seed=count(0, 5), as_json=st.booleans())
-def test_fuzz_simulate(law, P, trees, seed, as_json, capsys):
-    argv = ["simulate", "--law", law, "--P", P, "--trees", trees, "--seed", seed] + (["--json"] if as_json else [])
+@given(
+    law=spec(), P=P_list(), trees=count(1, 20), seed=count(0, 5), batch=st.one_of(st.none(), count(1, 8)),
+    drafter=drafter_options(), as_json=st.booleans(),
+)  # fmt: skip
+def test_fuzz_simulate(law, P, trees, seed, batch, drafter, as_json, capsys):
+    argv = ["simulate", "--law", law, "--P", P, "--trees", trees, "--seed", seed, *drafter]
+    argv += ([] if batch is None else ["--batch", batch]) + (["--json"] if as_json else [])
     check_outcome(argv, *run(argv, capsys), "simulate")
 
 

@@ -41,6 +41,7 @@ def _curve(curves: SpineCurves, walks: int) -> dict:
 WALK_STEP_BYTES = 64  # per walk and step: xi, H, M2 (float64) and the state while walking, then stacked and summed
 MAX_STEPS = 4000  # law_curves' cap on a walk's steps
 WALKS_MAX = 2**32 - 1  # walk indices are uint32
+SEED_MAX = 2**63 - 1  # jax.random.key takes a signed 64-bit seed
 
 
 def check_walks_memory(law, walks: int, P_max: int, mu: float) -> None:
@@ -72,6 +73,8 @@ def laws_summary(spec, P_list, walks: int = 8192, seed: int = 0, margin_z: float
     P_list = check_P_list(P_list)
     walks = check_positive_int("walks", walks, minimum=2)
     seed = check_positive_int("seed", seed, minimum=0)
+    if seed > SEED_MAX:
+        raise BrwsimError(f"seed must be an integer in [0, {SEED_MAX}] (a 64-bit PRNG seed), got {seed}")
     key = jax.random.key(seed)
     mom = moments(key, law)
     check_walks_memory(law, walks, max(P_list), mom.mu)

@@ -60,7 +60,7 @@ class Fixed(Law):
 
     def exact_moments(self):
         h, m2 = entropy_moments(np.asarray(self.logp, np.float64))
-        return float(h), float(m2)
+        return float(h) + 0.0, float(m2)  # + 0.0: a zero entropy is 0.0, not -0.0
 
     def spine_tables(self) -> dict:
         return cdf_tables(self)

@@ -67,7 +67,7 @@ class Zipf(Law):
         lz = -self.s * np.log(np.arange(1, self.V + 1, dtype=np.float64))
         lz -= np.logaddexp.reduce(lz)
         h, m2 = entropy_moments(lz)
-        return float(h), float(m2)
+        return float(h) + 0.0, float(m2)  # + 0.0: a zero entropy is 0.0, not -0.0
 
     def spine_tables(self) -> dict:
         return cdf_tables(self) if self.deterministic else {}
