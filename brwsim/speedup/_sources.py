@@ -107,8 +107,7 @@ def verify_cost(
     context, repeats = check_positive_int("--context", context), check_positive_int("--repeats", repeats)
     if not 0 < bytes_per_param < math.inf or (overhead is not None and not 0 <= overhead < math.inf):
         raise BrwsimError(
-            f"--bytes-per-param must be a finite number > 0 and --overhead a finite number >= 0; "
-            f"got {bytes_per_param}, {overhead}"
+            f"--bytes-per-param must be > 0 and --overhead >= 0, both finite numbers; got {bytes_per_param}, {overhead}"
         )
     if hardware.startswith("csv:"):
         return read_cost_csv(hardware[4:])
