@@ -127,6 +127,16 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def check_outcome(argv, code, out, err, cmd: str) -> None:
+    try:
+        _check_outcome(argv, code, out, err, cmd)
+    except AssertionError:
+        if os.environ.get("BRWSIM_FUZZ_LOG"):
+            with open(os.environ["BRWSIM_FUZZ_LOG"], "a") as f:
+                f.write(f"FAIL\t{code}\t{' '.join(argv)!r}\t{err.strip()[-300:]!r}\n")
+        raise
+
+
+def _check_outcome(argv, code, out, err, cmd: str) -> None:
     note = f"brwsim {' '.join(argv)!r}"
     if code == 2:
         lines = err.strip().splitlines()
