@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from brwsim.cli import main
-from brwsim.cli._table import INFINITE_GROUPS, UNDEFINED_SUFFIXES
+from brwsim.cli._table import REQUIRED_FINITE
 
 EXAMPLES = int(os.environ.get("BRWSIM_FUZZ_EXAMPLES", "6"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -86,15 +86,13 @@ def strict_loads(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-def legit_non_finite(d, group=None, key="") -> bool:
+def legit_non_finite(d, key="") -> bool:
     """True when every non-finite number in ``d`` sits where strict JSON writes null (cli._table's rules)."""
     if isinstance(d, dict):
-        return all(legit_non_finite(v, k if k in INFINITE_GROUPS else group, k) for k, v in d.items())
+        return all(legit_non_finite(v, k) for k, v in d.items())
     if isinstance(d, list):
-        return all(legit_non_finite(v, group, key) for v in d)
-    if isinstance(d, float) and not math.isfinite(d):
-        return (math.isnan(d) and key.endswith(UNDEFINED_SUFFIXES)) or (math.isinf(d) and group is not None)
-    return True
+        return all(legit_non_finite(v, key) for v in d)
+    return not (isinstance(d, float) and not math.isfinite(d) and key in REQUIRED_FINITE)
 
 
 def check_values(d) -> None:

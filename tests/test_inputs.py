@@ -178,10 +178,21 @@ def test_strict_json_nulls_the_undefined_and_refuses_the_rest():
     d = {"results": [{"P": 1, "mean": 0.5, "ci95": math.nan, "predictions": {"asymptotic": math.inf}}]}
     assert strict_loads(strict_json(d))["results"][0] == {"P": 1, "mean": 0.5, "ci95": None, "predictions": {
         "asymptotic": None}}  # fmt: skip
-    with pytest.raises(BrwsimError, match=r"results\[0\].mu is nan"):
+    with pytest.raises(BrwsimError, match=r"results\[0\].mu is nan, not a finite number"):
         strict_json({"results": [{"mu": math.nan}]})
     with pytest.raises(BrwsimError, match=r"E\[X\] = 1.0086 at P = 1 \(results\[0\].mean\) lies outside \[0, P\]"):
         check_expected_values({"results": [{"P": 1, "mean": 1.0086}]})
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_bad_result_is_one_line_not_printed(monkeypatch, capsys, as_json):
+    bad = {"law": "x", "results": [{"P": 1, "mean": 1.0086}]}
+    monkeypatch.setattr("brwsim.cli._laws.laws_summary", lambda *a, **k: bad)
+    assert main(["laws", "--law", "fixed:probs=1"] + (["--json"] if as_json else [])) == 2
+    assert "E[X] = 1.0086 at P = 1" in one_error_line(capsys)
+    bad["results"][0] = {"mu": math.inf}
+    assert main(["laws", "--law", "fixed:probs=1", "--json"]) == 2
+    assert "results[0].mu is inf, not a finite number" in one_error_line(capsys)
 
 
 def test_laws_json_is_strict_at_zero_entropy(capsys):

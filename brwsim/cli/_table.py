@@ -74,25 +74,23 @@ def bound_notes(groups) -> list[str]:
     return out
 
 
-# JSON has no NaN or infinity. Where one is a legitimate value it is written as null: a standard error or
-# confidence half-width of a single sample (undefined), a closed form or bound that is infinite (mu = 0).
-# Anywhere else a non-finite number is a bug, and printing it is refused.
-UNDEFINED_SUFFIXES = ("se", "ci95")
-INFINITE_GROUPS = ("bounds", "predictions", "iid_only")
+# JSON has no NaN or infinity. A non-finite number is written as null where it means "no value": a standard
+# error or half-width of a single sample, a ratio to a zero, a closed form that is infinite (mu = 0). The
+# numbers a result is about (E[X], a speedup, a time, mu, mu_2) must be finite: printing is refused otherwise.
+REQUIRED_FINITE = ("mean", "check_mean", "ex", "speedup", "t_verify", "t_draft", "mu", "mu2")
 EX_TOL = 1e-9  # relative rounding slack of a mean of values in [0, P]
 
 
-def _json_safe(x, path: str, group: str | None):
+def _json_safe(x, path: str):
     if isinstance(x, dict):
-        return {k: _json_safe(v, f"{path}.{k}", k if k in INFINITE_GROUPS else group) for k, v in x.items()}
+        return {k: _json_safe(v, f"{path}.{k}") for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_json_safe(v, f"{path}[{i}]", group) for i, v in enumerate(x)]
+        return [_json_safe(v, f"{path}[{i}]") for i, v in enumerate(x)]
     if isinstance(x, float) and not math.isfinite(x):
-        key = path.rsplit(".", 1)[-1]
-        if (math.isnan(x) and key.endswith(UNDEFINED_SUFFIXES)) or (math.isinf(x) and group is not None):
+        if path.rsplit(".", 1)[-1] not in REQUIRED_FINITE:
             return None
         raise BrwsimError(
-            f"internal error: the result's {path.lstrip('.')} is {x}, which is not a number JSON can hold; "
+            f"internal error: the result's {path.lstrip('.')} is {x}, not a finite number; "
             "nothing was printed (please report the command)"
         )
     return x
@@ -120,4 +118,4 @@ def check_expected_values(d, path: str = "") -> None:
 def strict_json(d: dict) -> str:
     """``d`` as strict JSON (no NaN or Infinity; see above), after :func:`check_expected_values`."""
     check_expected_values(d)
-    return json.dumps(_json_safe(d, "", None), allow_nan=False)
+    return json.dumps(_json_safe(d, ""), allow_nan=False)
