@@ -15,6 +15,7 @@ timed here) or ``cpu-roofline`` (this machine's measured bandwidth and FLOP/s) o
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -83,11 +84,13 @@ def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
         raise BrwsimError(f"--from-json {path!r} is not JSON ({e}); give a brwsim simulate/llm --json output") from None
     try:
         if isinstance(d, dict) and "tasks" in d:
+            for t in d["tasks"]:
+                _check_rows(t["results"], path)
             cost = verify_cost(args.hardware, P=_Ps(d["tasks"][0]["results"]), **cost_kw)
             return from_llm(run_from_dict(d), cost, task=args.task)
         if isinstance(d, dict) and "results" in d:
+            ex = _check_rows(d["results"], path)
             cost = verify_cost(args.hardware, P=_Ps(d["results"]), **cost_kw)
-            ex = [(r["P"], r["mean"], r["ci95"]) for r in d["results"]]
             src = f"{path} ({d.get('law', '?')}, {d.get('trees', '?')} trees)"
             return [speedup_table(ex, cost, drafter=d.get("drafter", "oracle"), source=src)]
     except (KeyError, TypeError, IndexError, ValueError) as e:
@@ -99,14 +102,29 @@ def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
     raise BrwsimError(f"--from-json {path!r} is neither a brwsim simulate nor a brwsim llm --json output")
 
 
+def _check_rows(rows, path: str) -> list[tuple[int, float, float]]:
+    """(P, mean, ci95) of saved result rows: P an integer >= 1, E[X] a finite number in [0, P], ci95 finite >= 0
+    (null or NaN, one sample's undefined half-width, reads as 0)."""
+    out = []
+    for i, r in enumerate(rows):
+        P, m, c = r["P"], r["mean"], r.get("ci95")
+        c = math.nan if c is None else c
+        if isinstance(P, bool) or not isinstance(P, int) or P < 1:
+            raise BrwsimError(f"--from-json {path!r}: row {i} has P = {P!r}; P must be an integer >= 1")
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (math.isfinite(m) and 0 <= m <= P):
+            raise BrwsimError(f"--from-json {path!r}: row {i} (P = {P}) has E[X] = {m!r}; it must be finite, in [0, P]")
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isnan(c) or 0 <= c < math.inf):
+            raise BrwsimError(f"--from-json {path!r}: row {i} (P = {P}) has ci95 = {c!r}; it must be finite, >= 0")
+        out.append((P, float(m), float(c)))
+    return out
+
+
 def _Ps(rows) -> list[int]:
     return [int(r["P"]) for r in rows]
 
 
 def _law_tables(args, P, cost) -> list[SpeedupTable]:
     """The oracle's table (the speed of light) and, with ``--drafter``, the simulated drafter's beside it."""
-    if args.draft_pass_seconds < 0 or args.draft_passes is not None and args.draft_passes < 1:
-        raise BrwsimError("--draft-pass-seconds must be >= 0 and --draft-passes >= 1")
     kw = dict(P=P, trees=args.trees, seed=args.seed, progress=False)
     out = [from_simulation(simulate(args.law, **kw), cost)]
     drafter = args.drafter[-1] if args.drafter else None
@@ -164,6 +182,8 @@ def _model_tables(args, P, cost_kw) -> list[SpeedupTable]:
 def _cmd(args) -> int:
     if sum(x is not None for x in (args.law, args.model, args.from_json)) != 1:
         raise BrwsimError("give exactly one of --law SPEC, --model M or --from-json FILE")
+    if not 0 <= args.draft_pass_seconds < math.inf or args.draft_passes is not None and args.draft_passes < 1:
+        raise BrwsimError("--draft-pass-seconds must be a finite number >= 0 and --draft-passes >= 1")
     tables = tables_for(args)
     return emit(args, {"tables": [t.to_dict() for t in tables]}, lambda _: print_plan(tables))
 

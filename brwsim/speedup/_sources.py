@@ -12,6 +12,7 @@ and row count, plus the measured rest of the pass.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 
 import numpy as np
@@ -117,8 +118,10 @@ def verify_cost(
         raise BrwsimError(f"--hardware is empty; use {hardware_names()}")
     hardware = hardware.strip()
     context, repeats = check_positive_int("--context", context), check_positive_int("--repeats", repeats)
-    if not bytes_per_param > 0 or (overhead is not None and not overhead >= 0):
-        raise BrwsimError(f"--bytes-per-param must be > 0 and --overhead >= 0; got {bytes_per_param}, {overhead}")
+    if not 0 < bytes_per_param < math.inf or (overhead is not None and not 0 <= overhead < math.inf):
+        raise BrwsimError(
+            f"--bytes-per-param must be > 0 and --overhead >= 0, both finite numbers; got {bytes_per_param}, {overhead}"
+        )
     if hardware.startswith("csv:"):
         return read_cost_csv(hardware[4:])
     if hardware in MEASURED:
