@@ -15,10 +15,13 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import sys
+import time
 
 import jax
 import numpy as np
+from jax._src import distributed as jax_distributed
 from jax.experimental import multihost_utils
 
 from .errors import BrwsimError, check_positive_int
@@ -26,12 +29,104 @@ from .errors import BrwsimError, check_positive_int
 ENV = ("BRWSIM_COORDINATOR", "BRWSIM_NUM_PROCESSES", "BRWSIM_PROCESS_ID")
 
 
+HEARTBEAT_S = 10  # a process that sends no heartbeat for this long is dead (JAX's coordination service)
+JOIN_S = 120  # how long a process waits for all the others to join
+FAULT_EXIT = 3  # exit status of a process that stops because another process of its run failed
+_RUN = {"n": 1, "me": 0, "finished": None, "heartbeat": HEARTBEAT_S}  # what a fault report says
+
+
+def parse_coordinator(text: str) -> str:
+    """``HOST:PORT`` of process 0 (``[IPv6]:PORT`` too), checked; a one-line error says what is wrong."""
+    text = str(text).strip()
+    host, sep, port = text.rpartition(":")
+    hint = "give --coordinator HOST:PORT, e.g. 127.0.0.1:12355 (process 0's address, a free port 1-65535)"
+    if not sep or not host or host in ("[", "[]"):
+        raise BrwsimError(f"coordinator {text!r} is not HOST:PORT: {hint}")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise BrwsimError(f"coordinator {text!r}: the port must be an integer from 1 to 65535, got {port!r}: {hint}")
+    if host.startswith("[") != host.endswith("]") or any(c.isspace() for c in host):
+        raise BrwsimError(f"coordinator {text!r}: {host!r} is not a host name or address: {hint}")
+    return f"{host}:{int(port)}"
+
+
+def _check_seconds(name: str, value) -> int:
+    value = check_positive_int(name, value)
+    if value > 86400:
+        raise BrwsimError(f"{name} must be at most 86400 seconds (one day), got {value}")
+    return value
+
+
+def _failed_process(message: str) -> str:
+    """Which process the coordination service's error names (its tasks are the process ids)."""
+    m = re.search(r"stopped sending heartbeats\):\s*([\d,\s]+)", message)
+    if m:
+        ids = [int(x) for x in re.findall(r"\d+", m.group(1))]
+        return ("processes " if len(ids) > 1 else "process ") + ", ".join(map(str, ids))
+    m = re.search(r"task[:_ ](\d+)", message)
+    if m:
+        return f"process {m.group(1)}"
+    return "process 0 (the coordinator)"  # this process lost the coordination service itself
+
+
+def fault_line(message: str) -> str:
+    """The one line a process prints when its run fails: which process failed, and what was finished."""
+    n, hb = _RUN["n"], _RUN["heartbeat"]
+    who = _failed_process(message)
+    what = "stopped sending heartbeats" if "heartbeat" in message else "is unreachable"
+    done = _RUN["finished"] or "nothing was finished"
+    return (
+        f"brwsim: error: {who} of the {n}-process run {what} (a failure is detected within about {2 * hb} s); "
+        f"this process (process {_RUN['me']}) stops: {done}"
+    )
+
+
+def _peer_failed(*args) -> None:
+    """Called by JAX's distributed client (on its own thread) when the run's coordination service reports an
+    error, instead of JAX's default of aborting the process with a native stack trace: one line, then exit."""
+    message = " ".join(str(a) for a in args)
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - best effort: the line below matters more
+        pass
+    os.write(2, (fault_line(message) + "\n").encode())
+    os._exit(FAULT_EXIT)
+
+
+class _ClientWithCallback:
+    """``jax._src.lib._jax`` as ``jax.distributed`` sees it, except that the client it makes reports a failed
+    peer through :func:`_peer_failed` (one line) rather than aborting the process."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def get_distributed_runtime_client(self, *args, **kwargs):
+        kwargs.setdefault("missed_heartbeat_callback", _peer_failed)
+        return self._lib.get_distributed_runtime_client(*args, **kwargs)
+
+
+def _initialize(coordinator, num_processes, process_id, timeout: int, heartbeat: int) -> None:
+    kwargs = dict(initialization_timeout=timeout, heartbeat_timeout_seconds=heartbeat)
+    if not hasattr(jax_distributed, "_jax"):  # another JAX: its own failure handling
+        jax.distributed.initialize(coordinator, num_processes, process_id, **kwargs)
+        return
+    lib = jax_distributed._jax
+    jax_distributed._jax = _ClientWithCallback(lib)
+    try:
+        jax.distributed.initialize(coordinator, num_processes, process_id, **kwargs)
+    finally:
+        jax_distributed._jax = lib
+
+
 def start(
     coordinator: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
     auto: bool = False,
-    timeout: int = 120,
+    timeout: int = JOIN_S,
+    heartbeat: int = HEARTBEAT_S,
 ) -> bool:
     """Join a multi-process run (call before anything touches JAX's backend); True when one was joined.
 
@@ -40,7 +135,10 @@ def start(
     ``BRWSIM_PROCESS_ID`` environment variables; ``auto`` lets JAX read a
     cluster's own environment (SLURM, Open MPI, Kubernetes, Cloud TPU). A
     process that cannot reach the others within ``timeout`` seconds stops with
-    an error instead of waiting forever.
+    a one-line error instead of waiting forever. Once joined, a process that
+    stops sending heartbeats for ``heartbeat`` seconds (killed, crashed, its
+    host gone) is reported by every other process in one line naming it, and
+    they stop with exit status :data:`FAULT_EXIT` (docs/scaling.md, "Faults").
     """
     env = [os.environ.get(k) for k in ENV]
     coordinator = coordinator or env[0]
@@ -48,27 +146,34 @@ def start(
     process_id = process_id if process_id is not None else env[2]
     if not (auto or coordinator or num_processes is not None):
         return False
+    timeout, heartbeat = _check_seconds("timeout", timeout), _check_seconds("heartbeat", heartbeat)
     if not auto:
         if not coordinator or num_processes is None or process_id is None:
             raise BrwsimError(
                 "a multi-process run needs --coordinator HOST:PORT, --num-processes N and --process-id I "
                 "(or BRWSIM_COORDINATOR, BRWSIM_NUM_PROCESSES, BRWSIM_PROCESS_ID), or --distributed auto on a cluster"
             )
+        coordinator = parse_coordinator(coordinator)
         num_processes = check_positive_int("num-processes", num_processes)
         process_id = check_positive_int("process-id", process_id, minimum=0)
         if process_id >= num_processes:
             raise BrwsimError(f"process-id must be below num-processes ({num_processes}), got {process_id}")
+    _RUN.update(n=num_processes or "?", me=process_id if process_id is not None else "?", heartbeat=heartbeat)
     try:
-        jax.distributed.initialize(
-            coordinator_address=coordinator,
-            num_processes=num_processes,
-            process_id=process_id,
-            initialization_timeout=timeout,
-        )
-    except (RuntimeError, ValueError) as e:
+        _initialize(coordinator, num_processes, process_id, timeout, heartbeat)
+    except (RuntimeError, ValueError, TypeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BrwsimError(f"could not join the multi-process run: {first[:200]}") from None
+        raise BrwsimError(
+            f"could not join the {_RUN['n']}-process run at {coordinator} within {timeout} s "
+            f"(is every process started, with the same --coordinator?): {first[:200]}"
+        ) from None
+    _RUN.update(n=jax.process_count(), me=jax.process_index())
     return True
+
+
+def note_finished(text: str | None) -> None:
+    """What this process has finished (and where it is kept), for the line a fault prints."""
+    _RUN["finished"] = text
 
 
 _ALONE = [0]  # > 0 inside alone(): this process works by itself
@@ -113,24 +218,38 @@ def _native_stdout_to_stderr():
         os.close(saved)
 
 
+def _collective_failed(e: Exception):
+    """A collective with the other processes broke (a peer died mid-exchange): let the coordination
+    service name the dead process (its report ends this process), else stop with one line here."""
+    time.sleep(2 * _RUN["heartbeat"] + 5)
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return BrwsimError(fault_line(first[:200]).removeprefix("brwsim: error: "))
+
+
 def gather(obj) -> list:
     """Every process's ``obj`` (any picklable object), in process order, on every process."""
     if count() == 1:
         return [obj]
     blob = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
-    with _native_stdout_to_stderr():
-        sizes = multihost_utils.process_allgather(np.array([blob.size], np.int64)).reshape(-1)
-        padded = np.zeros(int(sizes.max()), np.uint8)
-        padded[: blob.size] = blob
-        parts = multihost_utils.process_allgather(padded)
+    try:
+        with _native_stdout_to_stderr():
+            sizes = multihost_utils.process_allgather(np.array([blob.size], np.int64)).reshape(-1)
+            padded = np.zeros(int(sizes.max()), np.uint8)
+            padded[: blob.size] = blob
+            parts = multihost_utils.process_allgather(padded)
+    except Exception as e:  # noqa: BLE001 - any runtime error of a collective means a peer failed
+        raise _collective_failed(e) from None
     return [pickle.loads(parts[i, : int(sizes[i])].tobytes()) for i in range(parts.shape[0])]
 
 
 def barrier(name: str) -> None:
     """Wait until every process gets here."""
     if count() > 1:
-        with _native_stdout_to_stderr():
-            multihost_utils.sync_global_devices(name)
+        try:
+            with _native_stdout_to_stderr():
+                multihost_utils.sync_global_devices(name)
+        except Exception as e:  # noqa: BLE001 - as in gather
+            raise _collective_failed(e) from None
 
 
 def share(items: list) -> list:
