@@ -27,6 +27,12 @@ from .errors import BrwsimError
 FORMAT = 1
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 class Checkpoint:
     """The checkpoint file of one run (``meta``: what fixes its numbers) in ``directory``."""
 
@@ -82,6 +88,7 @@ class Checkpoint:
                 np.savez(f, **arrays)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -21,9 +21,9 @@ import time
 
 import jax
 import numpy as np
-from jax._src import distributed as jax_distributed
 from jax.experimental import multihost_utils
 
+from . import _supervise
 from .errors import BrwsimError, check_positive_int
 
 ENV = ("BRWSIM_COORDINATOR", "BRWSIM_NUM_PROCESSES", "BRWSIM_PROCESS_ID")
@@ -31,8 +31,15 @@ ENV = ("BRWSIM_COORDINATOR", "BRWSIM_NUM_PROCESSES", "BRWSIM_PROCESS_ID")
 
 HEARTBEAT_S = 10  # a process that sends no heartbeat for this long is dead (JAX's coordination service)
 JOIN_S = 120  # how long a process waits for all the others to join
-FAULT_EXIT = 3  # exit status of a process that stops because another process of its run failed
-_RUN = {"n": 1, "me": 0, "finished": None, "heartbeat": HEARTBEAT_S}  # what a fault report says
+FAULT_EXIT = _supervise.FAULT_EXIT
+_RUN = {
+    "n": 1,
+    "me": 0,
+    "finished": None,
+    "heartbeat": HEARTBEAT_S,
+    "join": JOIN_S,
+    "joined": False,
+}  # what a fault report says
 
 
 def parse_coordinator(text: str) -> str:
@@ -68,56 +75,43 @@ def _failed_process(message: str) -> str:
     return "process 0 (the coordinator)"  # this process lost the coordination service itself
 
 
-def fault_line(message: str) -> str:
-    """The one line a process prints when its run fails: which process failed, and what was finished."""
+def _not_joined() -> tuple[str, str]:
+    n, me = _RUN["n"], _RUN["me"]
+    if me == 0:
+        who = "process 1" if n == 2 else f"one of processes 1-{n - 1}"
+    else:
+        who = "process 0 (the coordinator)" if n == 2 else "process 0 (the coordinator) or another process"
+    return who, f"did not join within {_RUN['join']} s (not started, or given another --coordinator)"
+
+
+def fault_line(report: str, told: dict | None = None) -> str:
+    """The one line a process prints when its run fails: which process failed, and what was finished
+    (``told``: what the failed worker told its launcher, :func:`brwsim._supervise.tell`)."""
+    told = told or {}
+    if "joined" in told:
+        n, me = told["joined"].split()
+        _RUN.update(n=int(n), me=int(me), joined=True)
     n, hb = _RUN["n"], _RUN["heartbeat"]
-    who = _failed_process(message)
-    what = "stopped sending heartbeats" if "heartbeat" in message else "is unreachable"
-    done = _RUN["finished"] or "nothing was finished"
-    return (
-        f"brwsim: error: {who} of the {n}-process run {what} (a failure is detected within about {2 * hb} s); "
-        f"this process (process {_RUN['me']}) stops: {done}"
-    )
-
-
-def _peer_failed(*args) -> None:
-    """Called by JAX's distributed client (on its own thread) when the run's coordination service reports an
-    error, instead of JAX's default of aborting the process with a native stack trace: one line, then exit."""
-    message = " ".join(str(a) for a in args)
-    try:
-        sys.stdout.flush()
-    except Exception:  # noqa: BLE001 - best effort: the line below matters more
-        pass
-    os.write(2, (fault_line(message) + "\n").encode())
-    os._exit(FAULT_EXIT)
-
-
-class _ClientWithCallback:
-    """``jax._src.lib._jax`` as ``jax.distributed`` sees it, except that the client it makes reports a failed
-    peer through :func:`_peer_failed` (one line) rather than aborting the process."""
-
-    def __init__(self, lib):
-        self._lib = lib
-
-    def __getattr__(self, name):
-        return getattr(self._lib, name)
-
-    def get_distributed_runtime_client(self, *args, **kwargs):
-        kwargs.setdefault("missed_heartbeat_callback", _peer_failed)
-        return self._lib.get_distributed_runtime_client(*args, **kwargs)
+    if report.startswith("this process was ended by"):
+        who, what = f"process {_RUN['me']}", report.removeprefix("this process ")
+    elif "RegisterTask" in report or not _RUN["joined"]:
+        who, what = _not_joined()
+    else:
+        who = _failed_process(report)
+        what = "stopped sending heartbeats" if "heartbeat" in report else "is unreachable or failed"
+        what += f" (detected within about {2 * hb} s)"
+    done = told.get("finished") or _RUN["finished"] or "nothing was finished"
+    return f"brwsim: error: {who} of the {n}-process run {what}; process {_RUN['me']} stops: {done}"
 
 
 def _initialize(coordinator, num_processes, process_id, timeout: int, heartbeat: int) -> None:
-    kwargs = dict(initialization_timeout=timeout, heartbeat_timeout_seconds=heartbeat)
-    if not hasattr(jax_distributed, "_jax"):  # another JAX: its own failure handling
-        jax.distributed.initialize(coordinator, num_processes, process_id, **kwargs)
-        return
-    lib = jax_distributed._jax
-    jax_distributed._jax = _ClientWithCallback(lib)
-    try:
-        jax.distributed.initialize(coordinator, num_processes, process_id, **kwargs)
-    finally:
-        jax_distributed._jax = lib
+    jax.distributed.initialize(
+        coordinator,
+        num_processes,
+        process_id,
+        initialization_timeout=timeout,
+        heartbeat_timeout_seconds=heartbeat,
+    )
 
 
 def start(
@@ -127,6 +121,7 @@ def start(
     auto: bool = False,
     timeout: int = JOIN_S,
     heartbeat: int = HEARTBEAT_S,
+    supervise: bool = True,
 ) -> bool:
     """Join a multi-process run (call before anything touches JAX's backend); True when one was joined.
 
@@ -138,7 +133,9 @@ def start(
     a one-line error instead of waiting forever. Once joined, a process that
     stops sending heartbeats for ``heartbeat`` seconds (killed, crashed, its
     host gone) is reported by every other process in one line naming it, and
-    they stop with exit status :data:`FAULT_EXIT` (docs/scaling.md, "Faults").
+    they stop with exit status :data:`FAULT_EXIT` (docs/scaling.md, "Faults"). With ``supervise`` (the
+    default, POSIX) the calling process forks first and stays behind as the worker's launcher, which turns
+    the runtime's own abort (a native stack trace) into that one line (:mod:`brwsim._supervise`).
     """
     env = [os.environ.get(k) for k in ENV]
     coordinator = coordinator or env[0]
@@ -158,7 +155,11 @@ def start(
         process_id = check_positive_int("process-id", process_id, minimum=0)
         if process_id >= num_processes:
             raise BrwsimError(f"process-id must be below num-processes ({num_processes}), got {process_id}")
-    _RUN.update(n=num_processes or "?", me=process_id if process_id is not None else "?", heartbeat=heartbeat)
+    _RUN.update(
+        n=num_processes or "?", me=process_id if process_id is not None else "?", heartbeat=heartbeat, join=timeout
+    )
+    if supervise:
+        _supervise.supervise(fault_line)
     try:
         _initialize(coordinator, num_processes, process_id, timeout, heartbeat)
     except (RuntimeError, ValueError, TypeError) as e:
@@ -167,13 +168,16 @@ def start(
             f"could not join the {_RUN['n']}-process run at {coordinator} within {timeout} s "
             f"(is every process started, with the same --coordinator?): {first[:200]}"
         ) from None
-    _RUN.update(n=jax.process_count(), me=jax.process_index())
+    _RUN.update(n=jax.process_count(), me=jax.process_index(), joined=True)
+    _supervise.tell("joined", f"{_RUN['n']} {_RUN['me']}")
     return True
 
 
 def note_finished(text: str | None) -> None:
     """What this process has finished (and where it is kept), for the line a fault prints."""
     _RUN["finished"] = text
+    if text and count() > 1:
+        _supervise.tell("finished", text)
 
 
 _ALONE = [0]  # > 0 inside alone(): this process works by itself

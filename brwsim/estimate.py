@@ -229,6 +229,7 @@ class _Run:
     check: bool
     devices: object
     ckpt: Checkpoint | None = None
+    round_trees: int = 2**16  # trees per process and round (at most one block of the running sums)
 
     def values(self, lo: int, hi: int, seg: int):
         return _tree_values(
@@ -238,6 +239,8 @@ class _Run:
 
 def _finished(sums: _Sums, run: _Run) -> str:
     done = min(s.n for s in sums.cols)
+    if done == 0:
+        return f"no round of {run.round_trees} trees a process was finished yet"
     if run.ckpt is None:
         return f"{done} of {run.trees} trees were finished (run with --checkpoint DIR to keep finished rounds)"
     return f"{done} of {run.trees} trees are kept in {run.ckpt.path}: rerun the same command to resume"
@@ -268,7 +271,7 @@ def _collect(sums: _Sums, run: _Run, progress) -> None:
     n, r, trees = processes.count(), processes.index(), run.trees
     first = _resume(sums, run)
     processes.note_finished(_finished(sums, run))
-    seg = min(RunningStat.BLOCK, max(1, -(-trees // n)))
+    seg = min(RunningStat.BLOCK, run.round_trees, max(1, -(-trees // n)))
     total = trees * (1 if run.d.nested else len(run.P_list))
     with _progress(total, f"{run.d.text} P={run.P_list[-1]}", progress) as bar:
         bar.update(first * (1 if run.d.nested else len(run.P_list)))
@@ -441,6 +444,7 @@ def simulate(
     devices=None,
     keep_values: bool = False,
     checkpoint=None,
+    round_trees: int | None = None,
 ) -> SimulationResult:
     """E[X] of the oracle tree (or another drafter's) at each budget P, with 95% confidence intervals.
 
@@ -453,6 +457,7 @@ def simulate(
     ``keep_values``: every tree's value too. A KeyboardInterrupt returns the finished trees' estimates.
     ``checkpoint`` (a directory): the running sums are kept there after every finished round, and a call
     with the same arguments resumes after the last one, with the same numbers as an uninterrupted run.
+    ``round_trees`` (default and at most 65,536): trees per process in a round (same numbers, whatever it is).
     """
     law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
     t0 = time.perf_counter()
@@ -463,6 +468,8 @@ def simulate(
         dlaw.check(law_obj)
     run = _Run(key, law_obj, d, dlaw, P_list, trees, batch, check, devices)
     run.ckpt = _checkpoint(checkpoint, run, seed, keep_values)
+    if round_trees is not None:
+        run.round_trees = min(RunningStat.BLOCK, check_positive_int("round-trees", round_trees))
     if dlaw is not None:
         draft = _draft_info(key, d, law_obj, dlaw)
     try:

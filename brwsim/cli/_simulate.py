@@ -51,6 +51,7 @@ def _cmd(args) -> int:
         draft_law=args.draft_law,
         devices=args.devices,
         checkpoint=args.checkpoint,
+        round_trees=args.round_trees,
     )
     d = res.to_dict()
     if args.json:
@@ -86,6 +87,12 @@ def add_parser(sub) -> None:
         default=None,
         metavar="DIR",
         help="keep the running sums of every finished round in DIR; the same command again resumes there",
+    )
+    s.add_argument(
+        "--round-trees",
+        type=int,
+        default=None,
+        help="trees per process in a round, kept by --checkpoint (default and at most 65536; same results)",
     )
     s.add_argument("--devices", default=None, help="shard the oracle's trees over 'all' devices or N (same results)")
     s.add_argument(
