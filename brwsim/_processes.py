@@ -63,16 +63,20 @@ def _check_seconds(name: str, value) -> int:
     return value
 
 
+def _name(i: int) -> str:
+    return "process 0 (the coordinator)" if i == 0 else f"process {i}"
+
+
 def _failed_process(message: str) -> str:
     """Which process the coordination service's error names (its tasks are the process ids)."""
     m = re.search(r"stopped sending heartbeats\):\s*([\d,\s]+)", message)
     if m:
         ids = [int(x) for x in re.findall(r"\d+", m.group(1))]
-        return ("processes " if len(ids) > 1 else "process ") + ", ".join(map(str, ids))
+        return ", ".join(_name(i) for i in ids)
     m = re.search(r"task[:_ ](\d+)", message)
     if m:
-        return f"process {m.group(1)}"
-    return "process 0 (the coordinator)"  # this process lost the coordination service itself
+        return _name(int(m.group(1)))
+    return _name(0)  # this process lost the coordination service itself
 
 
 def _not_joined() -> tuple[str, str]:
