@@ -23,12 +23,12 @@ import signal
 import sys
 
 FAULT_EXIT = 3  # exit status of a process whose run failed (another process died, or the coordinator)
-# the runtime's failure report: a fatal or error log line of the coordination service, a C++ terminate
+# the runtime's failure report: a log line of the coordination service (warning, error, fatal), a C++ terminate
 _REPORT = re.compile(
-    rb"^([EF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S*(coordination|client\.h|distributed|preemption)\S*:\d+\]"
+    rb"^([WEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S*(coordination|client\.h|distributed|preemption)\S*:\d+\]"
     rb"|terminate called|\*\*\* (Check failure|SIGABRT|SIGSEGV))"
 )
-_MAYBE_REPORT = re.compile(rb"^([EF]\d*( [\d:.]*( +\d*( \S*)?)?)?|t[a-z ]*|\*[* A-Za-z]*)$")
+_MAYBE_REPORT = re.compile(rb"^([WEF]\d*( [\d:.]*( +\d*( \S*)?)?)?|t[a-z ]*|\*[* A-Za-z]*)$")
 _NOTE = {"fd": None}
 
 

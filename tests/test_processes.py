@@ -82,6 +82,8 @@ def test_simulate_over_processes_equals_one_process_bit_for_bit(processes, n, ar
     many = _check(run_processes(processes, n, ["simulate", *argv, "--json"]))
     one = json.loads(run_one(processes, ["simulate", *argv, "--json"]))
     assert many == one
+    if "--check" in argv:  # and whatever the batch
+        assert json.loads(run_one(processes, ["simulate", *argv, "--json", "--batch", "6"])) == one
 
 
 def test_bad_process_options_are_one_line_errors(processes):
