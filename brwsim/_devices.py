@@ -42,7 +42,7 @@ def one_cpu_device_per_core() -> None:
 
 # XLA's CPU compiler hands some fusions (a log-sum-exp's reduce with its log, above a size) to YNNPACK, whose
 # exp/log round differently from XLA's own: without this flag a tree's values would depend on the batch's shape
-# (measured: 240 of 1000 trees' log-probs differ in the last bit between batches of 4000 and 4096 trees).
+# (measured: 240 of 1000 trees' log-probs differ in the last bit between batches of 1000 and 4096 trees).
 SHAPE_INDEPENDENT_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
 
 

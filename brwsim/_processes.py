@@ -125,7 +125,7 @@ def start(
     auto: bool = False,
     timeout: int = JOIN_S,
     heartbeat: int = HEARTBEAT_S,
-    supervise: bool = True,
+    supervise: bool | None = None,
 ) -> bool:
     """Join a multi-process run (call before anything touches JAX's backend); True when one was joined.
 
@@ -138,8 +138,9 @@ def start(
     stops sending heartbeats for ``heartbeat`` seconds (killed, crashed, its
     host gone) is reported by every other process in one line naming it, and
     they stop with exit status :data:`FAULT_EXIT` (docs/scaling.md, "Faults"). With ``supervise`` (the
-    default, POSIX) the calling process forks first and stays behind as the worker's launcher, which turns
-    the runtime's own abort (a native stack trace) into that one line (:mod:`brwsim._supervise`).
+    default outside an interactive session, POSIX) the calling process forks first and stays behind as the
+    worker's launcher, which turns the runtime's own abort (a native stack trace) into that one line
+    (:mod:`brwsim._supervise`); without it that abort is JAX's.
     """
     env = [os.environ.get(k) for k in ENV]
     coordinator = coordinator or env[0]
@@ -162,7 +163,7 @@ def start(
     _RUN.update(
         n=num_processes or "?", me=process_id if process_id is not None else "?", heartbeat=heartbeat, join=timeout
     )
-    if supervise:
+    if supervise if supervise is not None else not _interactive():
         _supervise.supervise(fault_line)
     try:
         _initialize(coordinator, num_processes, process_id, timeout, heartbeat)
@@ -175,6 +176,11 @@ def start(
     _RUN.update(n=jax.process_count(), me=jax.process_index(), joined=True)
     _supervise.tell("joined", f"{_RUN['n']} {_RUN['me']}")
     return True
+
+
+def _interactive() -> bool:
+    """A Python prompt or a notebook kernel: forking a launcher there would leave the session behind."""
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "ipykernel" in sys.modules
 
 
 def note_finished(text: str | None) -> None:
