@@ -237,7 +237,11 @@ def _collective_failed(e: Exception):
     service name the dead process (its report ends this process), else stop with one line here."""
     time.sleep(2 * _RUN["heartbeat"] + 5)
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return BrwsimError(fault_line(first[:200]).removeprefix("brwsim: error: "))
+    done = _RUN["finished"] or "nothing was finished"
+    return BrwsimError(
+        f"an exchange between the {_RUN['n']} processes of the run failed ({first[:200]}); "
+        f"process {_RUN['me']} stops: {done}"
+    )
 
 
 def gather(obj) -> list:
