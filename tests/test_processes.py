@@ -115,8 +115,8 @@ def test_llm_over_two_processes_gives_the_rows_of_one(processes, tmp_path):
 def test_reproduce_over_two_processes_writes_one_report(processes, tmp_path):
     argv = ["reproduce", "--quick", "--only", "entropy_table,collapse"]
     runs = run_processes(processes, 2, argv, BRWSIM_OUT=str(tmp_path))
-    for rc, _, err in runs:
-        assert rc == 0, err[-3000:]
+    for rc, _, _ in runs:
+        assert rc == 0, "\n".join(f"process {i}: {err[-2000:]}" for i, (_, _, err) in enumerate(runs))
     report = (tmp_path / "figures" / "quick" / "REPORT.md").read_text()
     assert "## collapse" in report and "## entropy_table" in report
     assert "wrote" in runs[0][1] and not runs[1][1].strip()
