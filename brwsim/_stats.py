@@ -86,6 +86,19 @@ class RunningStat:
     def n(self) -> int:
         return self._n + self._fill
 
+    def state(self) -> dict:
+        """Everything this statistic holds, exactly (for a checkpoint): :meth:`restore` gives it back."""
+        return {"buf": self._buf[: self._fill].copy(), "n": self._n, "mean": self._mean, "m2": self._m2}
+
+    @classmethod
+    def restore(cls, state: dict) -> RunningStat:
+        """The statistic :meth:`state` described, bit for bit."""
+        r = cls()
+        buf = np.asarray(state["buf"], np.float64)
+        r._buf[: buf.size] = buf
+        r._fill, r._n, r._mean, r._m2 = buf.size, int(state["n"]), float(state["mean"]), float(state["m2"])
+        return r
+
     def stat(self) -> Stat:
         """The :class:`Stat` of every value added so far."""
         if self._n == 0:
