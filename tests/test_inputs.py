@@ -202,7 +202,6 @@ def test_laws_json_is_strict_at_zero_entropy(capsys):
     assert d["mu"] == 0 and d["results"][0]["predictions"]["asymptotic"] is None
 
 
-@pytest.mark.xfail(strict=True, reason="brwsim simulate prints json.dumps itself; it needs cli._table.strict_json")
 def test_simulate_json_is_strict_at_zero_entropy(capsys):
     assert main(["simulate", "--law", "dirichlet:V=64,alpha=1e-300", "--P", "4", "--trees", "50", "--json"]) == 0
     assert strict_loads(capsys.readouterr().out)["results"][0]["mean"] == 4.0

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from ..estimate import simulate
 from ._args import P_list
-from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header
+from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header, strict_json
 
 
 def print_table(d: dict, out=None) -> None:
@@ -55,7 +54,7 @@ def _cmd(args) -> int:
     )
     d = res.to_dict()
     if args.json:
-        print(json.dumps(d))
+        print(strict_json(d))
     else:
         print_table(d)
         print(f"({res.seconds:.1f} s)")
