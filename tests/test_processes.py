@@ -51,7 +51,13 @@ def start_processes(processes, n: int, argv: list[str], port: int | None = None,
 
 
 def run_processes(processes, n: int, argv: list[str], **env) -> list[tuple[int, str, str]]:
-    """Run ``brwsim ARGV`` as ``n`` processes of one run on 127.0.0.1; (returncode, stdout, stderr) of each."""
+    """Run ``brwsim ARGV`` as ``n`` processes of one run on 127.0.0.1; (returncode, stdout, stderr) of each.
+
+    A run that tests no fault gets a lenient heartbeat timeout (60 s), so that a loaded machine's stalls
+    are not read as a dead peer; the fault tests set their own.
+    """
+    if "--heartbeat-timeout" not in argv:
+        argv = ["--heartbeat-timeout", "60", *argv]
     return [processes.finish(p, TIMEOUT) for p in start_processes(processes, n, argv, **env)]
 
 
