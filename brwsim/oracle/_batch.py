@@ -16,6 +16,7 @@ from ..errors import BrwsimError
 from ..laws import Law
 from ..tree import DraftTree
 from . import _frontier as frontier
+from . import _native
 from ._kernel import oracle_kernel, scratch_arrays
 from ._records import KEY
 
@@ -115,7 +116,9 @@ def _is_traced(tree_keys) -> bool:
     return isinstance(tree_keys, jax.core.Tracer) or isinstance(jnp.zeros(()), jax.core.Tracer)
 
 
-def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None) -> DraftTree:
+def oracle_batch(
+    law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None, kernel: str = "auto"
+) -> DraftTree:
     """Oracle trees T*_P for a batch of tree keys (``tree_keys``: key array [B]).
 
     Exactly the trees of :func:`oracle_one` (same nodes, order and tie-breaks),
@@ -131,12 +134,21 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
     ``devices`` (a list of devices, see :func:`brwsim.resolve_devices`): split
     the batch evenly over them (``B`` must be a multiple of their number);
     every tree is computed by the same program, so the trees are those of one device.
+
+    ``kernel``: ``"auto"`` (the native CPU kernel, :mod:`._native`, for the laws
+    it serves on CPU devices, else the JAX kernel), ``"jax"`` or ``"native"``;
+    every choice gives the same trees bit for bit.
     """
     P, K = int(P), int(K)
     if P < 1 or K < 1:
         raise BrwsimError(f"oracle needs P >= 1 and K >= 1, got P={P}, K={K}")
     traced = _is_traced(tree_keys)
     n_dev = len(devices) if devices is not None and not traced else 1
+    if _native.use_native(law, tree_keys, kernel, devices):
+        devs = tuple(devices) if devices is not None and len(devices) > 1 and not traced else None
+        if devs:
+            tree_keys = place_batch(devs, tree_keys)
+        return _native.run_native(law, tree_keys, P, K, devs)[0]
     if not (law.indexed or traced) and tree_keys.shape[0] == n_dev:
         # With one tree per device XLA copies a drawn law's node table at every step (measured: 13x
         # slower at P = 16384 than two trees); run each tree twice and keep one copy.
