@@ -23,7 +23,10 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-constexpr int LANES = 8;
+#ifndef NLANES
+#define NLANES 8
+#endif
+constexpr int LANES = NLANES;
 
 // -- threefry2x32, 20 rounds, as jax._src.random.threefry2x32 ------------------------------
 
@@ -93,13 +96,23 @@ struct Law {
   uint32_t n_init, n_hash, n_rows;
 };
 
+// a % d for 32-bit a and a fixed d >= 1, exact, without a division (Lemire, Kaser and Kurz 2019).
+struct FastMod {
+  uint64_t M;
+  uint32_t d;
+  explicit FastMod(uint32_t d_) : M(~uint64_t(0) / (d_ ? d_ : 1) + 1), d(d_ ? d_ : 1) {}
+  inline uint32_t operator()(uint32_t a) const {
+    return uint32_t((static_cast<unsigned __int128>(M * a) * d) >> 64);
+  }
+};
+
 // brwsim.testing.TableLaw.child_state: a 32-bit hash of the parent's state and the rank.
-static inline int32_t hash_state(uint32_t s, uint32_t rank, uint32_t n) {
+static inline int32_t hash_state(uint32_t s, uint32_t rank, const FastMod& mod) {
   uint32_t h = s * 0x9E3779B1u + rank * 0x85EBCA77u + 0x165667B1u;
   h ^= h >> 15;
   h *= 0xC2B2AE3Du;
   h ^= h >> 13;
-  return int32_t(h % n);
+  return int32_t(mod(h));
 }
 
 // Rows of LANES nodes with keys (k0, k1) and states s (the law's node_row on dist_key(k)).
@@ -258,7 +271,7 @@ static void search(const Law& law, const uint32_t* tree_keys, int64_t t0, int n_
     fold_in(k0, k1, tag, c0, c1);
     int32_t sn[LANES];
     if (law.child_kind == CHILD_HASH) {
-      for (int l = 0; l < LANES; l++) sn[l] = hash_state(uint32_t(st[l]), rank[l], law.n_hash);
+      for (int l = 0; l < LANES; l++) sn[l] = hash_state(uint32_t(st[l]), rank[l], FastMod(law.n_hash));
     } else {
       for (int l = 0; l < LANES; l++) sn[l] = 0;
     }
@@ -282,6 +295,121 @@ static void search(const Law& law, const uint32_t* tree_keys, int64_t t0, int n_
   }
 }
 
+// -- laws whose search needs no node key (fixed, the table law): one tree at a time, keys after --
+
+struct alignas(16) Rec16 {
+  float lp;
+  int32_t row, ptr, depth;
+};
+
+// The search of one tree whose root has row `row0` (= its state for the table law): writes parent,
+// depth, log P, rank and state of its P nodes; their keys come after (node_keys).
+static void search_keyless(const Law& law, int32_t row0, int64_t P, Rec16* rec, uint64_t* hbuf, int64_t o,
+                           const Out& out) {
+  const int64_t K = law.K;
+  const float* tab = law.table;
+  const bool hashed = law.child_kind == CHILD_HASH;
+  const FastMod mod(law.n_hash);
+  Heap hp{hbuf, 0};
+  rec[0] = Rec16{0.0f, row0, 0, 0};
+  float c0 = tab[int64_t(row0) * K];
+  if (c0 != -INFINITY) hp.push(order_key(c0, 0));
+  for (int64_t n = 1; n <= P; n++) {
+    uint32_t j = 0;
+    float m = -INFINITY;
+    if (hp.n > 0) {
+      uint64_t top = hp.h[1];
+      j = slot_of(top);
+      m = value_of(top);
+    }
+    Rec16& p = rec[j];
+    int32_t r = p.ptr;
+    p.ptr = r + 1;
+    float nxt = (r + 1 < K) ? tab[int64_t(p.row) * K + r + 1] : -INFINITY;
+    float cand = p.lp + nxt;
+    if (hp.n > 0) {
+      if (cand != -INFINITY)
+        hp.replace_top(order_key(cand, j));
+      else
+        hp.pop();
+    }
+    int32_t row = hashed ? hash_state(uint32_t(p.row), uint32_t(r), mod) : 0;
+    int32_t depth = p.depth + 1;
+    rec[n] = Rec16{m, row, 0, depth};
+    float c = m + tab[int64_t(row) * K];
+    if (c != -INFINITY) hp.push(order_key(c, uint32_t(n)));
+    int64_t i = o + n - 1;
+    out.parent[i] = int32_t(j) - 1;
+    out.depth[i] = depth;
+    out.logp[i] = m;
+    out.rank[i] = r;
+    out.state[i] = row;
+  }
+}
+
+// The node keys of trees t0 .. t0 + n_active - 1 from their parents and ranks (LANES trees at once):
+// key(node) = fold_in(key(parent), 2 + rank), the root's key being the tree key.
+static void node_keys(const uint32_t* tree_keys, int64_t t0, int n_active, int64_t P, const Out& out) {
+  uint32_t p0[LANES], p1[LANES], tag[LANES], c0[LANES], c1[LANES];
+  for (int64_t i = 0; i < P; i++) {
+    for (int l = 0; l < LANES; l++) {
+      int64_t t = t0 + (l < n_active ? l : 0), o = t * P;
+      int32_t par = out.parent[o + i];
+      const uint32_t* k = par < 0 ? tree_keys + 2 * t : out.key + 2 * (o + par);
+      p0[l] = k[0];
+      p1[l] = k[1];
+      tag[l] = 2u + uint32_t(out.rank[o + i]);
+    }
+    fold_in(p0, p1, tag, c0, c1);
+    for (int l = 0; l < n_active; l++) {
+      int64_t o = (t0 + l) * P + i;
+      out.key[2 * o] = c0[l];
+      out.key[2 * o + 1] = c1[l];
+    }
+  }
+}
+
+// Root states (= rows) of trees t0 .. t0 + LANES - 1 of a keyless law.
+static void root_rows(const Law& law, const uint32_t* tree_keys, int64_t t0, int n_active, int32_t* row) {
+  uint32_t k0[LANES], k1[LANES], s0[LANES], s1[LANES];
+  for (int l = 0; l < LANES; l++) {
+    int64_t t = t0 + (l < n_active ? l : 0);
+    k0[l] = tree_keys[2 * t];
+    k1[l] = tree_keys[2 * t + 1];
+  }
+  if (law.init_kind == INIT_RANDINT) {
+    fold_in_const(k0, k1, 1, s0, s1);
+    randint(s0, s1, law.n_init, row);
+  } else {
+    for (int l = 0; l < LANES; l++) row[l] = 0;
+  }
+}
+
+static inline bool keyless(const Law& law) {
+  return law.row_kind == ROW_STATE || (law.row_kind == ROW_ZERO && law.child_kind == CHILD_ZERO);
+}
+
+static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int64_t P, const Out& out) {
+  if (keyless(law)) {
+    std::vector<Rec16> rec(size_t(P + 1));
+    std::vector<uint64_t> heap(size_t(P + 2));
+    int32_t row[LANES];
+    for (int64_t t0 = 0; t0 < B; t0 += LANES) {
+      int n_active = int(B - t0 < LANES ? B - t0 : LANES);
+      root_rows(law, tree_keys, t0, n_active, row);
+      for (int l = 0; l < n_active; l++) search_keyless(law, row[l], P, rec.data(), heap.data(), (t0 + l) * P, out);
+      node_keys(tree_keys, t0, n_active, P, out);
+    }
+    return;
+  }
+  std::vector<Rec> recs(size_t(LANES) * size_t(P + 1));
+  std::vector<uint64_t> heaps(size_t(LANES) * size_t(P + 2));
+  for (int64_t t0 = 0; t0 < B; t0 += LANES) {
+    int n_active = int(B - t0 < LANES ? B - t0 : LANES);
+    search(law, tree_keys, t0, n_active, P, recs, heaps, out);
+  }
+}
+
 ffi::Error OracleImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys, int64_t init_kind,
                       int64_t child_kind, int64_t row_kind, int64_t n_init, int64_t n_hash,
                       ffi::ResultBuffer<ffi::S32> parent, ffi::ResultBuffer<ffi::S32> depth,
@@ -300,12 +428,7 @@ ffi::Error OracleImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys, i
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: empty state space");
   Out out{parent->typed_data(), depth->typed_data(), rank->typed_data(), state->typed_data(), logp->typed_data(),
           key->typed_data()};
-  std::vector<Rec> recs(size_t(LANES) * size_t(P + 1));
-  std::vector<uint64_t> heaps(size_t(LANES) * size_t(P + 2));
-  for (int64_t t0 = 0; t0 < B; t0 += LANES) {
-    int n_active = int(B - t0 < LANES ? B - t0 : LANES);
-    search(law, keys.typed_data(), t0, n_active, P, recs, heaps, out);
-  }
+  search_all(law, keys.typed_data(), B, P, out);
   return ffi::Error::Success();
 }
 
