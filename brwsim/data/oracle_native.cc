@@ -12,7 +12,11 @@
 // its slot, so one integer compare gives "larger value, then smaller slot") and its node records
 // (32 bytes a slot). The per-lane heap work is independent between lanes, so the core overlaps
 // the lanes' dependent loads; the threefry rounds of all lanes run as one vectorisable loop.
+#include <algorithm>
 #include <cmath>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -295,76 +299,179 @@ static void search(const Law& law, const uint32_t* tree_keys, int64_t t0, int n_
   }
 }
 
-// -- laws whose search needs no node key (fixed, the table law): one tree at a time, keys after --
+
+// -- laws whose search needs no node key (fixed, the table law): keys in a vectorised pass after ---
 
 struct alignas(16) Rec16 {
   float lp;
   int32_t row, ptr, depth;
 };
 
-// The search of one tree whose root has row `row0` (= its state for the table law): writes parent,
-// depth, log P, rank and state of its P nodes; their keys come after (node_keys).
-static void search_keyless(const Law& law, int32_t row0, int64_t P, Rec16* rec, uint64_t* hbuf, int64_t o,
+// Two frontiers, chosen by the number of slots S = P + 1 (measured, benchmarks/README.md):
+//  * Flat (S <= FLAT_MAX): the candidates of all slots in a few AVX2 vectors; the top is their
+//    maximum and the first slot holding it (compare, movemask, count trailing zeros): no branch.
+//  * Heap: a binary max-heap of 64-bit keys (order_key: value, then the lower slot first).
+// Both take the lowest slot among equal candidates, the earliest-taken parent (the reference
+// tie-break), and slot 0 when every candidate is -inf, as the JAX kernel does.
+
+#ifndef FLATMAX
+#define FLATMAX 136
+#endif
+constexpr int64_t FLAT_MAX = FLATMAX;
+
+struct FlatFrontier {
+  float* v;  // [nv * 8], 32-byte aligned, -inf where empty
+  int64_t nv;
+  void init(float* buf, int64_t S) {
+    v = buf;
+    nv = (S + 7) / 8;
+    for (int64_t i = 0; i < nv * 8; i++) v[i] = -INFINITY;
+  }
+#ifdef __AVX2__
+  // the largest candidate and its first slot
+  inline int64_t top(float* m) const {
+    __m256 mx = _mm256_load_ps(v);
+    for (int64_t i = 1; i < nv; i++) mx = _mm256_max_ps(mx, _mm256_load_ps(v + 8 * i));
+    mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1));
+    mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+    mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+    *m = _mm256_cvtss_f32(mx);
+    for (int64_t i = 0;; i++) {
+      unsigned mask = unsigned(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_load_ps(v + 8 * i), mx, _CMP_EQ_OQ)));
+      if (mask) return 8 * i + __builtin_ctz(mask);
+    }
+  }
+  // slot s := x, as a whole-vector store (a scalar store then a vector load would stall forwarding)
+  inline void set(int64_t s, float x) {
+    float* base = v + (s & ~int64_t(7));
+    __m256i lane = _mm256_set1_epi32(int(s & 7));
+    __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 sel = _mm256_castsi256_ps(_mm256_cmpeq_epi32(lane, iota));
+    _mm256_store_ps(base, _mm256_blendv_ps(_mm256_load_ps(base), _mm256_set1_ps(x), sel));
+  }
+#else
+  inline int64_t top(float* m) const {
+    int64_t b = 0;
+    for (int64_t i = 1; i < nv * 8; i++)
+      if (v[i] > v[b]) b = i;
+    *m = v[b];
+    return b;
+  }
+  inline void set(int64_t s, float x) { v[s] = x; }
+#endif
+};
+
+#ifndef GFLAT
+#define GFLAT 4
+#endif
+#ifndef GHEAP
+#define GHEAP 1
+#endif
+// trees a core searches in lock step, their dependent loads overlapping (measured: four with the
+// flat frontier; the heap's branches gain nothing from it)
+constexpr int GROUP_FLAT = GFLAT, GROUP_HEAP = GHEAP, GROUP = GFLAT > GHEAP ? GFLAT : GHEAP;
+
+// The search of G trees (lanes lane0 .. lane0 + G - 1 of this block) whose roots have rows `row0`
+// (= the state for the table law): writes parent, depth, log P, rank and state of their P nodes
+// (output offsets `o`), and parent slot and rank lane-major into `pr` for node_keys. `first[row]`:
+// the row's largest entry. FLAT: the frontier (above). Buffers: `rec`, `fbuf`, `hbuf` per tree.
+template <bool FLAT, int G>
+static void search_keyless(const Law& law, const float* first, const int32_t* row0, int64_t P, Rec16* const* rec,
+                           float* const* fbuf, uint64_t* const* hbuf, const int64_t* o, int lane0, int32_t* pr,
                            const Out& out) {
   const int64_t K = law.K;
   const float* tab = law.table;
   const bool hashed = law.child_kind == CHILD_HASH;
   const FastMod mod(law.n_hash);
-  Heap hp{hbuf, 0};
-  rec[0] = Rec16{0.0f, row0, 0, 0};
-  float c0 = tab[int64_t(row0) * K];
-  if (c0 != -INFINITY) hp.push(order_key(c0, 0));
+  FlatFrontier f[G];
+  Heap hp[G];
+  for (int g = 0; g < G; g++) {
+    hp[g] = Heap{hbuf[g], 0};
+    rec[g][0] = Rec16{0.0f, row0[g], 0, 0};
+    if (FLAT) {
+      f[g].init(fbuf[g], P + 1);
+      f[g].set(0, first[row0[g]]);
+    } else if (first[row0[g]] != -INFINITY) {
+      hp[g].push(order_key(first[row0[g]], 0));
+    }
+  }
   for (int64_t n = 1; n <= P; n++) {
-    uint32_t j = 0;
-    float m = -INFINITY;
-    if (hp.n > 0) {
-      uint64_t top = hp.h[1];
-      j = slot_of(top);
-      m = value_of(top);
+    for (int g = 0; g < G; g++) {
+      int64_t j = 0;
+      float m = -INFINITY;
+      if (FLAT) {
+        j = f[g].top(&m);
+      } else if (hp[g].n > 0) {
+        uint64_t top = hp[g].h[1];
+        j = slot_of(top);
+        m = value_of(top);
+      }
+      Rec16& p = rec[g][j];
+      int32_t r = p.ptr;
+      p.ptr = r + 1;
+      float nxt = (r + 1 < K) ? tab[int64_t(p.row) * K + r + 1] : -INFINITY;
+      float cand = p.lp + nxt;  // the parent's next child replaces it
+      int32_t row = hashed ? hash_state(uint32_t(p.row), uint32_t(r), mod) : 0;
+      float c = m + first[row];  // the new node's best child enters at slot n
+      __builtin_prefetch(tab + int64_t(row) * K + 1);  // read when the new node is next taken from
+      int32_t depth = p.depth + 1;
+      rec[g][n] = Rec16{m, row, 0, depth};
+      if (FLAT) {
+        f[g].set(j, cand);
+        f[g].set(n, c);
+      } else {
+        if (hp[g].n > 0) {
+          if (cand != -INFINITY)
+            hp[g].replace_top(order_key(cand, uint32_t(j)));
+          else
+            hp[g].pop();
+        }
+        if (c != -INFINITY) hp[g].push(order_key(c, uint32_t(n)));
+      }
+      int64_t i = o[g] + n - 1;
+      out.parent[i] = int32_t(j) - 1;
+      out.depth[i] = depth;
+      out.logp[i] = m;
+      out.rank[i] = r;
+      out.state[i] = row;
+      int32_t* q = pr + 2 * ((n - 1) * LANES + lane0 + g);
+      q[0] = int32_t(j);
+      q[1] = r;
     }
-    Rec16& p = rec[j];
-    int32_t r = p.ptr;
-    p.ptr = r + 1;
-    float nxt = (r + 1 < K) ? tab[int64_t(p.row) * K + r + 1] : -INFINITY;
-    float cand = p.lp + nxt;
-    if (hp.n > 0) {
-      if (cand != -INFINITY)
-        hp.replace_top(order_key(cand, j));
-      else
-        hp.pop();
-    }
-    int32_t row = hashed ? hash_state(uint32_t(p.row), uint32_t(r), mod) : 0;
-    int32_t depth = p.depth + 1;
-    rec[n] = Rec16{m, row, 0, depth};
-    float c = m + tab[int64_t(row) * K];
-    if (c != -INFINITY) hp.push(order_key(c, uint32_t(n)));
-    int64_t i = o + n - 1;
-    out.parent[i] = int32_t(j) - 1;
-    out.depth[i] = depth;
-    out.logp[i] = m;
-    out.rank[i] = r;
-    out.state[i] = row;
   }
 }
 
-// The node keys of trees t0 .. t0 + n_active - 1 from their parents and ranks (LANES trees at once):
-// key(node) = fold_in(key(parent), 2 + rank), the root's key being the tree key.
-static void node_keys(const uint32_t* tree_keys, int64_t t0, int n_active, int64_t P, const Out& out) {
+// The node keys of trees t0 .. t0 + n_active - 1 (LANES at once) from their parents' slots and
+// ranks (`pr`, lane-major): key(node) = fold_in(key(parent), 2 + rank), the root's the tree key.
+// `kb` [(P + 1) * LANES * 2] holds the keys by slot, lane-major.
+static void node_keys(const uint32_t* tree_keys, int64_t t0, int n_active, int64_t P, const int32_t* pr,
+                      uint32_t* kb, const Out& out) {
   uint32_t p0[LANES], p1[LANES], tag[LANES], c0[LANES], c1[LANES];
+  for (int l = 0; l < LANES; l++) {
+    int64_t t = t0 + (l < n_active ? l : 0);
+    kb[2 * l] = tree_keys[2 * t];
+    kb[2 * l + 1] = tree_keys[2 * t + 1];
+  }
   for (int64_t i = 0; i < P; i++) {
+    const int32_t* q = pr + 2 * i * LANES;
     for (int l = 0; l < LANES; l++) {
-      int64_t t = t0 + (l < n_active ? l : 0), o = t * P;
-      int32_t par = out.parent[o + i];
-      const uint32_t* k = par < 0 ? tree_keys + 2 * t : out.key + 2 * (o + par);
-      p0[l] = k[0];
-      p1[l] = k[1];
-      tag[l] = 2u + uint32_t(out.rank[o + i]);
+      int64_t a = 2 * (int64_t(q[2 * l]) * LANES + l);
+      p0[l] = kb[a];
+      p1[l] = kb[a + 1];
+      tag[l] = 2u + uint32_t(q[2 * l + 1]);
     }
     fold_in(p0, p1, tag, c0, c1);
-    for (int l = 0; l < n_active; l++) {
-      int64_t o = (t0 + l) * P + i;
-      out.key[2 * o] = c0[l];
-      out.key[2 * o + 1] = c1[l];
+    uint32_t* k = kb + 2 * (i + 1) * LANES;
+    for (int l = 0; l < LANES; l++) {
+      k[2 * l] = c0[l];
+      k[2 * l + 1] = c1[l];
+    }
+  }
+  for (int l = 0; l < n_active; l++) {
+    uint32_t* dst = out.key + 2 * (t0 + l) * P;
+    for (int64_t i = 0; i < P; i++) {
+      dst[2 * i] = kb[2 * ((i + 1) * LANES + l)];
+      dst[2 * i + 1] = kb[2 * ((i + 1) * LANES + l) + 1];
     }
   }
 }
@@ -391,14 +498,43 @@ static inline bool keyless(const Law& law) {
 
 static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int64_t P, const Out& out) {
   if (keyless(law)) {
-    std::vector<Rec16> rec(size_t(P + 1));
-    std::vector<uint64_t> heap(size_t(P + 2));
+    static_assert(LANES % GROUP == 0, "LANES must be a multiple of GROUP");
+    std::vector<float> first(law.n_rows);
+    for (uint32_t i = 0; i < law.n_rows; i++) first[i] = law.table[int64_t(i) * law.K];
+    const int64_t fstride = ((P + 1 + 7) / 8) * 8 + 8;
+    std::vector<Rec16> recs(size_t(GROUP) * size_t(P + 1));
+    std::vector<float> fbufs(size_t(GROUP * fstride + 8));
+    std::vector<uint64_t> heaps(size_t(GROUP) * size_t(P + 2));
+    float* fal = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(fbufs.data()) + 31) & ~uintptr_t(31));
+    Rec16* rec[GROUP];
+    float* fb[GROUP];
+    uint64_t* hb[GROUP];
+    for (int g = 0; g < GROUP; g++) {
+      rec[g] = recs.data() + g * (P + 1);
+      fb[g] = fal + g * fstride;
+      hb[g] = heaps.data() + g * (P + 2);
+    }
+    std::vector<int32_t> pr(size_t(2 * LANES * P), 0);
+    std::vector<uint32_t> kb(size_t(2 * LANES * (P + 1)));
+    const bool flat = P + 1 <= FLAT_MAX;
     int32_t row[LANES];
     for (int64_t t0 = 0; t0 < B; t0 += LANES) {
       int n_active = int(B - t0 < LANES ? B - t0 : LANES);
       root_rows(law, tree_keys, t0, n_active, row);
-      for (int l = 0; l < n_active; l++) search_keyless(law, row[l], P, rec.data(), heap.data(), (t0 + l) * P, out);
-      node_keys(tree_keys, t0, n_active, P, out);
+      int l = 0;
+      const int G = flat ? GROUP_FLAT : GROUP_HEAP;
+      for (; l + G <= n_active; l += G) {
+        int64_t o[GROUP];
+        for (int g = 0; g < G; g++) o[g] = (t0 + l + g) * P;
+        (flat ? search_keyless<true, GROUP_FLAT> : search_keyless<false, GROUP_HEAP>)(law, first.data(), row + l, P,
+                                                                                     rec, fb, hb, o, l, pr.data(), out);
+      }
+      for (; l < n_active; l++) {
+        int64_t o = (t0 + l) * P;
+        (flat ? search_keyless<true, 1> : search_keyless<false, 1>)(law, first.data(), row + l, P, rec, fb, hb, &o,
+                                                                   l, pr.data(), out);
+      }
+      node_keys(tree_keys, t0, n_active, P, pr.data(), kb.data(), out);
     }
     return;
   }
