@@ -32,7 +32,7 @@ from ._stats import CONVENTION, RunningStat, Stat
 from .drafters import Oracle, draft_stats, drafter_batches, parse_draft_law, parse_drafter
 from .errors import BrwsimError, check_P_list, check_positive_int
 from .laws import Law, parse_law
-from .oracle import clear_caches, default_batch, oracle_batch, oracle_memory
+from .oracle import clear_caches, default_batch, kernel_choice, oracle_batch, oracle_memory
 from .spine import law_curves
 from .theory import KINDS, Bounds, bounds_from_curves, moments
 from .tree import prefix_values, sample_accepted_batch
@@ -353,6 +353,7 @@ def simulate(
     draft_law: str | None = None,
     devices=None,
     keep_values: bool = False,
+    kernel: str = "auto",
 ) -> SimulationResult:
     """E[X] of the oracle tree (or another drafter's) at each budget P, with 95% confidence intervals.
 
@@ -362,7 +363,8 @@ def simulate(
     (same results). X counts accepted draft tokens per verifier call (tokens per call: X + 1). ``check``:
     the largest P also carries the mean accepted length of one simulated target continuation per tree,
     an independent estimator. ``bounds``: every P carries its :class:`brwsim.theory.Bounds`.
-    ``keep_values``: every tree's value too. A KeyboardInterrupt returns the finished trees' estimates.
+    ``keep_values``: every tree's value too. ``kernel``: the oracle's kernel on CPU (auto|jax|native, the
+    same numbers). A KeyboardInterrupt returns the finished trees' estimates.
     """
     law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
     t0 = time.perf_counter()
@@ -373,7 +375,8 @@ def simulate(
         dlaw.check(law_obj)
         draft = _draft_info(key, d, law_obj, dlaw)
     try:
-        _collect(sums, key, law_obj, d, dlaw, P_list, trees, batch, check, progress, devices)
+        with kernel_choice(kernel):
+            _collect(sums, key, law_obj, d, dlaw, P_list, trees, batch, check, progress, devices)
     except KeyboardInterrupt:
         interrupted = True
     done = min(s.n for s in sums.cols)

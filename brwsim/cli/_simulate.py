@@ -50,6 +50,7 @@ def _cmd(args) -> int:
         drafter=args.drafter,
         draft_law=args.draft_law,
         devices=args.devices,
+        kernel=args.kernel,
     )
     d = res.to_dict()
     if args.json:
@@ -76,6 +77,12 @@ def add_parser(sub) -> None:
     s.add_argument("--check", action="store_true", help="also simulate the target's sampled continuation")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.add_argument("--devices", default=None, help="shard the oracle's trees over 'all' devices or N (same results)")
+    s.add_argument(
+        "--kernel",
+        default="auto",
+        choices=("auto", "jax", "native"),
+        help="oracle kernel: native C++ on CPU for the laws it serves, else JAX (auto, default); same results",
+    )
     s.add_argument(
         "--drafter",
         default=None,

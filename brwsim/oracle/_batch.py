@@ -117,7 +117,7 @@ def _is_traced(tree_keys) -> bool:
 
 
 def oracle_batch(
-    law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None, kernel: str = "auto"
+    law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None, kernel: str | None = None
 ) -> DraftTree:
     """Oracle trees T*_P for a batch of tree keys (``tree_keys``: key array [B]).
 
@@ -137,7 +137,8 @@ def oracle_batch(
 
     ``kernel``: ``"auto"`` (the native CPU kernel, :mod:`._native`, for the laws
     it serves on CPU devices, else the JAX kernel), ``"jax"`` or ``"native"``;
-    every choice gives the same trees bit for bit.
+    None (default): the choice of :func:`kernel_choice`, else auto. Every
+    choice gives the same trees bit for bit.
     """
     P, K = int(P), int(K)
     if P < 1 or K < 1:

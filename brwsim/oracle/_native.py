@@ -3,8 +3,8 @@
 ``brwsim/data/oracle_native.cc`` builds exactly the trees of the JAX kernel
 (:mod:`._kernel`) for the laws it serves, bit for bit: the same threefry node
 keys, rows and states, the same float32 path sums, the same tie-break. It is
-compiled on first use with the system C++ compiler (``$CXX``, else ``c++`` or
-``g++``; ``-O3 -march=native``) into the user cache
+compiled on first use with the system C++ compiler (``$CXX``, else ``$CC``,
+else ``c++`` or ``g++``; ``-O3 -march=native``) into the user cache
 (``brwsim.user_cache_dir()/native``), keyed by the source, the flags, the
 compiler, the CPU and the jaxlib version, so a changed source or jaxlib
 rebuilds. Without a compiler (or if the build fails) one line on stderr says
@@ -21,6 +21,8 @@ they stay on the JAX kernel.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import hashlib
 import os
@@ -79,6 +81,19 @@ def program(law: Law) -> Program | None:
     return None
 
 
+_KERNEL: contextvars.ContextVar = contextvars.ContextVar("brwsim_oracle_kernel", default="auto")
+
+
+@contextlib.contextmanager
+def kernel_choice(kernel: str):
+    """Inside the block, oracle calls that name no kernel use ``kernel`` (auto|jax|native)."""
+    token = _KERNEL.set(check_kernel(kernel))
+    try:
+        yield
+    finally:
+        _KERNEL.reset(token)
+
+
 def check_kernel(kernel: str) -> str:
     """``kernel`` lower-cased if it is one of :data:`KERNELS`, else a one-line error."""
     k = str(kernel).strip().lower()
@@ -98,8 +113,8 @@ def source() -> bytes:
 
 
 def compiler() -> str | None:
-    """The C++ compiler: ``$CXX``, else c++ or g++ on the PATH (None if there is none)."""
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    """The compiler: ``$CXX``, else ``$CC`` (as a C++ driver), else c++ or g++ on the PATH (None if none)."""
+    return os.environ.get("CXX") or os.environ.get("CC") or shutil.which("c++") or shutil.which("g++")
 
 
 def _cpu_name() -> str:
@@ -124,8 +139,11 @@ def _build(cxx: str):
         tmp = so.with_suffix(f".{os.getpid()}.tmp")
         src = resources.files("brwsim").joinpath("data/oracle_native.cc")
         with resources.as_file(src) as path:
-            cmd = [cxx, *FLAGS, "-I", jax.ffi.include_dir(), str(path), "-o", str(tmp)]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            cmd = [cxx, *FLAGS, "-w", "-I", jax.ffi.include_dir(), "-x", "c++", str(path), "-o", str(tmp), "-lstdc++"]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            except FileNotFoundError:
+                raise OSError(f"compiler {cxx!r} not found (install g++ or set CXX)") from None
         if p.returncode != 0:
             first = (p.stderr.strip().splitlines() or ["no message"])[0]
             raise OSError(f"{cxx} failed: {first}")
@@ -168,13 +186,14 @@ def _threefry(tree_keys) -> bool:
     return str(impl) == "threefry2x32" and jax.random.key_data(tree_keys).shape[1:] == (2,)
 
 
-def use_native(law: Law, tree_keys, kernel: str, devices) -> bool:
-    """Whether this oracle call runs natively: ``kernel`` (auto|jax|native) and what the call allows.
+def use_native(law: Law, tree_keys, kernel: str | None, devices) -> bool:
+    """Whether this oracle call runs natively: ``kernel`` (auto|jax|native; None: the one of
+    :func:`kernel_choice`, default auto) and what the call allows.
 
     ``native`` on a law or device it cannot serve is a one-line error; a missing compiler is never
     one (:func:`available` prints the notice and the JAX kernel runs).
     """
-    kernel = check_kernel(kernel)
+    kernel = _KERNEL.get() if kernel is None else check_kernel(kernel)
     if kernel == "jax":
         return False
     devs = devices or jax.local_devices()[:1]
