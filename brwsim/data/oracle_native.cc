@@ -210,94 +210,6 @@ struct Out {
   uint32_t* key;  // [B, P, 2]
 };
 
-// Search LANES trees t0 .. t0 + LANES - 1 (lanes past n_active compute a copy of lane 0, not written).
-static void search(const Law& law, const uint32_t* tree_keys, int64_t t0, int n_active, int64_t P,
-                   std::vector<Rec>& recs, std::vector<uint64_t>& heaps, const Out& out) {
-  const int64_t S = P + 1, K = law.K;
-  const float* tab = law.table;
-  Rec* rec[LANES];
-  Heap heap[LANES];
-  uint32_t k0[LANES], k1[LANES], s0k0[LANES], s0k1[LANES];
-  int32_t st[LANES], row[LANES];
-  for (int l = 0; l < LANES; l++) {
-    int64_t t = t0 + (l < n_active ? l : 0);
-    k0[l] = tree_keys[2 * t];
-    k1[l] = tree_keys[2 * t + 1];
-    rec[l] = recs.data() + l * S;
-    heap[l] = Heap{heaps.data() + l * (S + 1), 0};
-  }
-  if (law.init_kind == INIT_RANDINT) {
-    fold_in_const(k0, k1, 1, s0k0, s0k1);
-    randint(s0k0, s0k1, law.n_init, st);
-  } else {
-    for (int l = 0; l < LANES; l++) st[l] = 0;
-  }
-  node_rows(law, k0, k1, st, row);
-  for (int l = 0; l < LANES; l++) {
-    rec[l][0] = Rec{0.0f, row[l], 0, st[l], 0, k0[l], k1[l], 0};
-    float c = tab[row[l] * K];
-    if (c != -INFINITY) heap[l].push(order_key(c, 0));
-  }
-  uint32_t rank[LANES], par[LANES];
-  float m[LANES];
-  for (int64_t n = 1; n <= P; n++) {
-    // 1. every lane takes its largest candidate and puts its parent's next child in its place
-    for (int l = 0; l < LANES; l++) {
-      Heap& hp = heap[l];
-      uint32_t j = 0;
-      float v = -INFINITY;
-      if (hp.n > 0) {
-        uint64_t top = hp.h[1];
-        j = slot_of(top);
-        v = value_of(top);
-      }
-      Rec& p = rec[l][j];
-      int32_t r = p.ptr;
-      p.ptr = r + 1;
-      float nxt = (r + 1 < K) ? tab[p.row * K + r + 1] : -INFINITY;
-      float cand = p.lp + nxt;
-      if (hp.n > 0) {
-        if (cand != -INFINITY)
-          hp.replace_top(order_key(cand, j));
-        else
-          hp.pop();
-      }
-      m[l] = v;
-      par[l] = j;
-      rank[l] = uint32_t(r);
-      k0[l] = p.k0;
-      k1[l] = p.k1;
-      st[l] = p.state;
-    }
-    // 2. the new nodes' keys, states and rows (vectorised over the lanes)
-    uint32_t tag[LANES], c0[LANES], c1[LANES];
-    for (int l = 0; l < LANES; l++) tag[l] = 2u + rank[l];
-    fold_in(k0, k1, tag, c0, c1);
-    int32_t sn[LANES];
-    if (law.child_kind == CHILD_HASH) {
-      for (int l = 0; l < LANES; l++) sn[l] = hash_state(uint32_t(st[l]), rank[l], FastMod(law.n_hash));
-    } else {
-      for (int l = 0; l < LANES; l++) sn[l] = 0;
-    }
-    node_rows(law, c0, c1, sn, row);
-    // 3. record the new nodes; their best children enter the frontier
-    for (int l = 0; l < n_active; l++) {
-      Rec& p = rec[l][par[l]];
-      int32_t depth = p.depth + 1;
-      rec[l][n] = Rec{m[l], row[l], 0, sn[l], depth, c0[l], c1[l], 0};
-      float c = m[l] + tab[row[l] * K];
-      if (c != -INFINITY) heap[l].push(order_key(c, uint32_t(n)));
-      int64_t o = (t0 + l) * P + (n - 1);
-      out.parent[o] = int32_t(par[l]) - 1;
-      out.depth[o] = depth;
-      out.logp[o] = m[l];
-      out.rank[o] = int32_t(rank[l]);
-      out.state[o] = sn[l];
-      out.key[2 * o] = c0[l];
-      out.key[2 * o + 1] = c1[l];
-    }
-  }
-}
 
 
 // -- laws whose search needs no node key (fixed, the table law): keys in a vectorised pass after ---
@@ -441,6 +353,101 @@ static void search_keyless(const Law& law, const float* first, const int32_t* ro
   }
 }
 
+// -- laws whose rows come from the node key (pool): LANES trees in lock step, keys in the search --
+
+// Search LANES trees t0 .. t0 + LANES - 1 (lanes past n_active compute a copy of lane 0, not written):
+// the heap or flat frontier per lane, the new nodes' keys and rows for all lanes at once (threefry
+// vectorised over the lanes).
+template <bool FLAT>
+static void search_keyed(const Law& law, const float* first, const uint32_t* tree_keys, int64_t t0, int n_active,
+                         int64_t P, Rec* recs, float* fbufs, int64_t fstride, uint64_t* heaps, const Out& out) {
+  const int64_t S = P + 1, K = law.K;
+  const float* tab = law.table;
+  Rec* rec[LANES];
+  Heap heap[LANES];
+  FlatFrontier f[LANES];
+  uint32_t k0[LANES], k1[LANES];
+  int32_t st[LANES], row[LANES];
+  for (int l = 0; l < LANES; l++) {
+    int64_t t = t0 + (l < n_active ? l : 0);
+    k0[l] = tree_keys[2 * t];
+    k1[l] = tree_keys[2 * t + 1];
+    st[l] = 0;
+    rec[l] = recs + l * S;
+    heap[l] = Heap{heaps + l * (S + 1), 0};
+  }
+  node_rows(law, k0, k1, st, row);
+  for (int l = 0; l < LANES; l++) {
+    rec[l][0] = Rec{0.0f, row[l], 0, 0, 0, k0[l], k1[l], 0};
+    float c = first[row[l]];
+    if (FLAT) {
+      f[l].init(fbufs + l * fstride, S);
+      f[l].set(0, c);
+    } else if (c != -INFINITY) {
+      heap[l].push(order_key(c, 0));
+    }
+  }
+  uint32_t rank[LANES], par[LANES];
+  float m[LANES];
+  for (int64_t n = 1; n <= P; n++) {
+    // 1. every lane takes its largest candidate and puts its parent's next child in its place
+    for (int l = 0; l < LANES; l++) {
+      int64_t j = 0;
+      float v = -INFINITY;
+      if (FLAT) {
+        j = f[l].top(&v);
+      } else if (heap[l].n > 0) {
+        uint64_t top = heap[l].h[1];
+        j = slot_of(top);
+        v = value_of(top);
+      }
+      Rec& p = rec[l][j];
+      int32_t r = p.ptr;
+      p.ptr = r + 1;
+      float nxt = (r + 1 < K) ? tab[p.row * K + r + 1] : -INFINITY;
+      float cand = p.lp + nxt;
+      if (FLAT) {
+        f[l].set(j, cand);
+      } else if (heap[l].n > 0) {
+        if (cand != -INFINITY)
+          heap[l].replace_top(order_key(cand, uint32_t(j)));
+        else
+          heap[l].pop();
+      }
+      m[l] = v;
+      par[l] = uint32_t(j);
+      rank[l] = uint32_t(r);
+      k0[l] = p.k0;
+      k1[l] = p.k1;
+    }
+    // 2. the new nodes' keys and rows (vectorised over the lanes)
+    uint32_t tag[LANES], c0[LANES], c1[LANES];
+    for (int l = 0; l < LANES; l++) tag[l] = 2u + rank[l];
+    fold_in(k0, k1, tag, c0, c1);
+    node_rows(law, c0, c1, st, row);
+    // 3. record the new nodes; their best children enter the frontier
+    for (int l = 0; l < n_active; l++) {
+      Rec& p = rec[l][par[l]];
+      int32_t depth = p.depth + 1;
+      rec[l][n] = Rec{m[l], row[l], 0, 0, depth, c0[l], c1[l], 0};
+      float c = m[l] + first[row[l]];
+      __builtin_prefetch(tab + int64_t(row[l]) * K + 1);
+      if (FLAT)
+        f[l].set(n, c);
+      else if (c != -INFINITY)
+        heap[l].push(order_key(c, uint32_t(n)));
+      int64_t o = (t0 + l) * P + (n - 1);
+      out.parent[o] = int32_t(par[l]) - 1;
+      out.depth[o] = depth;
+      out.logp[o] = m[l];
+      out.rank[o] = int32_t(rank[l]);
+      out.state[o] = 0;
+      out.key[2 * o] = c0[l];
+      out.key[2 * o + 1] = c1[l];
+    }
+  }
+}
+
 // The node keys of trees t0 .. t0 + n_active - 1 (LANES at once) from their parents' slots and
 // ranks (`pr`, lane-major): key(node) = fold_in(key(parent), 2 + rank), the root's the tree key.
 // `kb` [(P + 1) * LANES * 2] holds the keys by slot, lane-major.
@@ -538,11 +545,19 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
     }
     return;
   }
+  // keyed laws (pool): hidden state 0 (every node), rows from the node keys
+  std::vector<float> first(law.n_rows);
+  for (uint32_t i = 0; i < law.n_rows; i++) first[i] = law.table[int64_t(i) * law.K];
+  const int64_t fstride = ((P + 1 + 7) / 8) * 8 + 8;
   std::vector<Rec> recs(size_t(LANES) * size_t(P + 1));
   std::vector<uint64_t> heaps(size_t(LANES) * size_t(P + 2));
+  std::vector<float> fbufs(size_t(LANES * fstride + 8));
+  float* fal = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(fbufs.data()) + 31) & ~uintptr_t(31));
+  const bool flat = P + 1 <= FLAT_MAX;
   for (int64_t t0 = 0; t0 < B; t0 += LANES) {
     int n_active = int(B - t0 < LANES ? B - t0 : LANES);
-    search(law, tree_keys, t0, n_active, P, recs, heaps, out);
+    (flat ? search_keyed<true> : search_keyed<false>)(law, first.data(), tree_keys, t0, n_active, P, recs.data(), fal,
+                                                      fstride, heaps.data(), out);
   }
 }
 
@@ -560,6 +575,8 @@ ffi::Error OracleImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys, i
   const int64_t B = int64_t(keys.element_count() / 2);
   Law law{table.typed_data(), td[1], int32_t(init_kind), int32_t(child_kind), int32_t(row_kind),
           uint32_t(n_init), uint32_t(n_hash), uint32_t(td[0])};
+  if (law.row_kind == ROW_RANDINT && (law.child_kind != CHILD_ZERO || law.n_rows == 0))
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: unsupported law program");
   if (law.child_kind == CHILD_HASH && law.n_hash == 0)
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: empty state space");
   Out out{parent->typed_data(), depth->typed_data(), rank->typed_data(), state->typed_data(), logp->typed_data(),
