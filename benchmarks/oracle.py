@@ -1,9 +1,12 @@
-"""Benchmark: the brwsim oracle against a compiled (C) best-first search and a plain heapq one.
+"""Benchmark: the brwsim oracle (JAX and native kernels) against a compiled (C) best-first search and heapq.
 
     python benchmarks/oracle.py [--P 16,64,256,1024,4096] [--V 64] [--repeats 5] [--json]
+    python benchmarks/oracle.py --law SPEC [--law SPEC ...] [--P ...]   # ns per node of any law
 
 For each P it builds the oracle trees of the same batch of tree keys with
-``brwsim.oracle.oracle_batch`` (default batch size, after compilation), with
+``brwsim.oracle.oracle_batch`` (default batch size, after compilation; the
+JAX kernel, and the native CPU kernel ``kernel="native"``, which must give the
+JAX kernel's trees bit for bit), with
 the compiled reference ``reference_oracle.c`` (a binary heap, one tree at a
 time; built once with the system C compiler, see ``reference_c.py``) and with
 ``brwsim.testing.oracle_heapq`` (pure Python); checks that all three agree
@@ -15,7 +18,9 @@ processes hits every side alike:
   reference on one thread per core (the trees split in contiguous chunks);
 - one core: the whole process pinned to one CPU (every thread, XLA's
   included), brwsim on one device against the compiled reference on one
-  thread; nanoseconds per node of each;
+  thread; nanoseconds per node of each, by the wall clock and by the
+  process's CPU time (the time the side actually held its core: robust to
+  other processes' load);
 - the heapq reference (as before, for continuity).
 
 All read the same precomputed node distributions (``brwsim.testing.TableLaw``),
@@ -77,6 +82,13 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def _timed_both(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process, every thread) of one call."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
 def _check_exact(P, tree, ref, what) -> None:
     lp, par, rank = ref
     n = lp.shape[0]
@@ -93,14 +105,21 @@ class _Side:
     """One contender: a callable that builds ``n`` trees, and its rates over the interleaved rounds."""
 
     def __init__(self, name, run, n):
-        self.name, self.run, self.n, self.rates = name, run, n, []
+        self.name, self.run, self.n, self.rates, self.cpu_rates = name, run, n, [], []
 
     def round(self) -> None:
-        self.rates.append(self.n / _timed(self.run))
+        wall, cpu = _timed_both(self.run)
+        self.rates.append(self.n / wall)
+        self.cpu_rates.append(self.n / max(cpu, 1e-9))
 
     @property
     def median(self) -> float:
         return float(np.median(self.rates))
+
+    @property
+    def cpu_median(self) -> float:
+        """Trees per CPU-second: on a pinned side, the time it actually held its core (robust to load)."""
+        return float(np.median(self.cpu_rates))
 
 
 def _brwsim_side(name, law, P, K, devices, batch, kernel="jax"):
@@ -176,6 +195,8 @@ def _native_fields(P: int, cores: int, nat, nat1, c2, c1_pinned) -> dict:
         "native_ns_per_node_per_core": 1e9 * cores / (nat.median * P),
         "native_one_core_ns_per_node": ns1,
         "native_one_core_over_floor": ns1 / FLOOR_NS,
+        "native_one_core_cpu_ns_per_node": 1e9 / (nat1.cpu_median * P),
+        "native_ratio_compiled_one_core_cpu": nat1.cpu_median / c1_pinned.cpu_median,
         "native_compile_s": max(0.0, nat.first_s - nat.n / nat.median),
     }
 
@@ -210,6 +231,8 @@ def bench_P(law, rows, P: int, repeats: int, ref_seconds: float, batch, log, dev
         "brwsim_ns_per_node_per_core": 1e9 * cores / (both.median * P),
         "brwsim_one_core_ns_per_node": 1e9 / (one.median * P),
         "compiled_one_core_ns_per_node": 1e9 / (c1_pinned.median * P),
+        "brwsim_one_core_cpu_ns_per_node": 1e9 / (one.cpu_median * P),
+        "compiled_one_core_cpu_ns_per_node": 1e9 / (c1_pinned.cpu_median * P),
         **_native_fields(P, cores, nat, nat1, c2, c1_pinned),
         "reference_trees_per_s": heap.median,
         "ratio": both.median / heap.median,
@@ -253,13 +276,27 @@ def bench_law(spec: str, P: int, repeats: int, log) -> dict:
         sides.append(_brwsim_side("native", law, P, K, 1, None, kernel="native"))
         if not all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(*(t.tree for t in sides), strict=True)):
             raise SystemExit(f"{spec} P={P}: the native and JAX kernels disagree")
-    _rounds(repeats, [], sides, [])
+    draws = None if law.indexed else _draw_side(law, P, K)
+    _rounds(repeats, [], sides + ([draws] if draws else []), [])
     res = {"law": spec, "P": P, "batch": sides[0].n, "jax_one_core_ns_per_node": 1e9 / (sides[0].median * P)}
     if served:
         res["native_one_core_ns_per_node"] = 1e9 / (sides[1].median * P)
+    if draws:  # where a drawn law's time goes: its node draws alone
+        res["draw_one_core_ns_per_node"] = 1e9 / draws.median
     nat = f"{res['native_one_core_ns_per_node']:>9.1f}" if served else f"{'(JAX)':>9}"
-    log(f"{spec[-40:]:>40} {P:>6} {res['batch']:>6} {res['jax_one_core_ns_per_node']:>9.1f} {nat}")
+    drw = f"{res['draw_one_core_ns_per_node']:>9.1f}" if draws else ""
+    log(f"{spec[-40:]:>40} {P:>6} {res['batch']:>6} {res['jax_one_core_ns_per_node']:>9.1f} {nat} {drw}")
     return res
+
+
+def _draw_side(law, P: int, K: int):
+    """The node draws of a drawn law alone (its K sorted entries from a node key), batched as in the kernel."""
+    Kc = O.keep_entries(P, K)
+    n = min(O.default_batch(law, P), 4096)
+    keys = tree_keys(jax.random.key(1), 0, n)
+    draw = jax.jit(jax.vmap(lambda k: law.node_logp(k, 0, Kc)))
+    jax.block_until_ready(draw(keys))
+    return _Side("draws", lambda: jax.block_until_ready(draw(keys)), n)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -304,7 +341,7 @@ def main(argv=None) -> int:
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     t_start = time.perf_counter()
     if args.law:
-        log(f"{'law':>40} {'P':>6} {'batch':>6} {'JAX ns':>9} {'native ns':>9}  (one core, pinned)")
+        log(f"{'law':>40} {'P':>6} {'batch':>6} {'JAX ns':>9} {'native ns':>9} {'draw ns':>9} (one core, pinned)")
         results = [bench_law(spec, P, args.repeats, log) for spec in args.law for P in P_list]
         law_name, path = ",".join(args.law), "as the law serves"
     else:
