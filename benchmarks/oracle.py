@@ -279,10 +279,13 @@ def bench_law(spec: str, P: int, repeats: int, log) -> dict:
     draws = None if law.indexed else _draw_side(law, P, K)
     _rounds(repeats, [], sides + ([draws] if draws else []), [])
     res = {"law": spec, "P": P, "batch": sides[0].n, "jax_one_core_ns_per_node": 1e9 / (sides[0].median * P)}
+    res["jax_one_core_cpu_ns_per_node"] = 1e9 / (sides[0].cpu_median * P)
     if served:
         res["native_one_core_ns_per_node"] = 1e9 / (sides[1].median * P)
+        res["native_one_core_cpu_ns_per_node"] = 1e9 / (sides[1].cpu_median * P)
     if draws:  # where a drawn law's time goes: its node draws alone
         res["draw_one_core_ns_per_node"] = 1e9 / draws.median
+        res["draw_one_core_cpu_ns_per_node"] = 1e9 / draws.cpu_median
     nat = f"{res['native_one_core_ns_per_node']:>9.1f}" if served else f"{'(JAX)':>9}"
     drw = f"{res['draw_one_core_ns_per_node']:>9.1f}" if draws else ""
     log(f"{spec[-40:]:>40} {P:>6} {res['batch']:>6} {res['jax_one_core_ns_per_node']:>9.1f} {nat} {drw}")
