@@ -47,6 +47,7 @@ import numpy as np
 
 from brwsim import one_cpu_device_per_core, resolve_devices, tree_keys
 from brwsim import oracle as O
+from brwsim._lowering import unrolled_threefry
 from brwsim.laws import parse_law
 from brwsim.oracle import _native
 from brwsim.testing import reference_batch, root_rows, stored_rows, table_law, table_rows
@@ -298,7 +299,8 @@ def _draw_side(law, P: int, K: int):
     n = min(O.default_batch(law, P), 4096)
     keys = tree_keys(jax.random.key(1), 0, n)
     draw = jax.jit(jax.vmap(lambda k: law.node_logp(k, 0, Kc)))
-    jax.block_until_ready(draw(keys))
+    with unrolled_threefry():  # compiled as the kernel's own draws are
+        jax.block_until_ready(draw(keys))
     return _Side("draws", lambda: jax.block_until_ready(draw(keys)), n)
 
 
