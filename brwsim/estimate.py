@@ -359,12 +359,12 @@ def simulate(
 
     ``law``: a SPEC string (:func:`brwsim.laws.parse_law`) or a law object; ``drafter``
     (``NAME[:key=value,...]``, default ``oracle``) and ``draft_law`` (its q, default ``exact``) select
-    another drafter (:mod:`brwsim.drafters`); ``devices`` (``"all"`` or a count) shards the oracle's trees
-    (same results). X counts accepted draft tokens per verifier call (tokens per call: X + 1). ``check``:
-    the largest P also carries the mean accepted length of one simulated target continuation per tree,
-    an independent estimator. ``bounds``: every P carries its :class:`brwsim.theory.Bounds`.
-    ``keep_values``: every tree's value too. ``kernel``: the oracle's kernel on CPU (auto|jax|native, the
-    same numbers). A KeyboardInterrupt returns the finished trees' estimates.
+    another drafter (:mod:`brwsim.drafters`); ``devices`` (``"all"`` or a count) shards the oracle's trees,
+    ``kernel`` (auto|jax|native) picks its CPU kernel (same results). X counts accepted draft tokens per
+    verifier call (tokens per call: X + 1). ``check``: the largest P also carries the mean accepted
+    length of one simulated target continuation per tree, an independent estimator. ``bounds``: every
+    P carries its :class:`brwsim.theory.Bounds`. ``keep_values``: every tree's value too. A
+    KeyboardInterrupt returns the finished trees' estimates.
     """
     law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
     t0 = time.perf_counter()

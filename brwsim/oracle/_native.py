@@ -45,6 +45,7 @@ from .._cache import user_cache_dir
 from .._devices import TREES_AXIS, mesh
 from ..errors import BrwsimError
 from ..laws import Fixed, Law, Pool
+from ..testing import TableLaw  # the benchmark's law (brwsim.testing imports the laws, not the oracle)
 from ..tree import DraftTree
 
 KERNELS = ("auto", "jax", "native")
@@ -68,8 +69,6 @@ class Program(NamedTuple):
 
 def program(law: Law) -> Program | None:
     """The native program of ``law``, or None when the native kernel does not serve it."""
-    from ..testing import TableLaw  # the benchmark's law (brwsim.testing imports the laws, not the oracle)
-
     kind = type(law)
     if kind is Fixed:
         return Program(INIT_ZERO, CHILD_ZERO, ROW_ZERO, 0, 0)
