@@ -361,10 +361,9 @@ def simulate(
     (``NAME[:key=value,...]``, default ``oracle``) and ``draft_law`` (its q, default ``exact``) select
     another drafter (:mod:`brwsim.drafters`); ``devices`` (``"all"`` or a count) shards the oracle's trees,
     ``kernel`` (auto|jax|native) picks its CPU kernel (same results). X counts accepted draft tokens per
-    verifier call (tokens per call: X + 1). ``check``: the largest P also carries the mean accepted
-    length of one simulated target continuation per tree, an independent estimator. ``bounds``: every
-    P carries its :class:`brwsim.theory.Bounds`. ``keep_values``: every tree's value too. A
-    KeyboardInterrupt returns the finished trees' estimates.
+    verifier call (tokens per call: X + 1). ``check``: the largest P also carries the mean accepted length
+    of one simulated target continuation per tree, an independent estimator. ``bounds``: every P carries
+    its :class:`brwsim.theory.Bounds`. ``keep_values``: every tree's value too. Ctrl-C returns the estimates so far.
     """
     law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
     t0 = time.perf_counter()
