@@ -6,7 +6,6 @@ import heapq
 import json
 import math
 import os
-import subprocess
 import sys
 
 import jax
@@ -290,13 +289,11 @@ print(json.dumps({"trees_equal": trees_equal, "sim_equal": one == four == two,
 """
 
 
-def test_sharded_equals_single_device():
+def test_sharded_equals_single_device(processes):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    out = subprocess.run(
-        [sys.executable, "-c", _SHARD_SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    rc, out, err = processes.run([sys.executable, "-c", _SHARD_SCRIPT], 600, env=env, cwd=ROOT)
+    assert rc == 0, err[-2000:]
+    res = json.loads(out.strip().splitlines()[-1])
     assert res == {"trees_equal": True, "sim_equal": True, "sharded": 4, "moved": True}
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from ..errors import BrwsimError
+from ._table import check_expected_values, strict_json
 
 
 def P_list(text: str) -> list[int]:
@@ -16,9 +15,13 @@ def P_list(text: str) -> list[int]:
 
 
 def emit(args, d: dict, printer) -> int:
-    """Print ``d`` as one JSON object with ``--json``, else with ``printer``; the command's exit status (0)."""
+    """Print ``d`` as one strict JSON object with ``--json``, else with ``printer``; the command's exit status (0).
+
+    Either way every E[X] in ``d`` is checked to lie in [0, P] first (a one-line error, nothing printed).
+    """
     if args.json:
-        print(json.dumps(d))
+        print(strict_json(d))
     else:
+        check_expected_values(d)
         printer(d)
     return 0
