@@ -33,7 +33,7 @@ from ._stats import CONVENTION, RunningStat, Stat
 from .drafters import Oracle, draft_stats, drafter_batches, parse_draft_law, parse_drafter
 from .errors import BrwsimError, check_P_list, check_positive_int
 from .laws import Law, parse_law
-from .oracle import clear_caches, default_batch, oracle_batch, oracle_memory
+from .oracle import clear_caches, default_batch, kernel_choice, oracle_batch, oracle_memory
 from .spine import law_curves
 from .theory import KINDS, Bounds, bounds_from_curves, moments
 from .tree import prefix_values, sample_accepted_batch
@@ -445,6 +445,7 @@ def simulate(
     keep_values: bool = False,
     checkpoint=None,
     round_trees: int | None = None,
+    kernel: str = "auto",
 ) -> SimulationResult:
     """E[X] of the oracle tree (or another drafter's) at each budget P, with 95% confidence intervals.
 
@@ -458,6 +459,7 @@ def simulate(
     ``checkpoint`` (a directory): the running sums are kept there after every finished round, and a call
     with the same arguments resumes after the last one, with the same numbers as an uninterrupted run.
     ``round_trees`` (default and at most 65,536): trees per process in a round (same numbers, whatever it is).
+    ``kernel`` (auto|jax|native): the oracle's kernel on CPU (same numbers).
     """
     law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
     t0 = time.perf_counter()
@@ -473,7 +475,8 @@ def simulate(
     if dlaw is not None:
         draft = _draft_info(key, d, law_obj, dlaw)
     try:
-        _collect(sums, run, progress)
+        with kernel_choice(kernel):
+            _collect(sums, run, progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -204,11 +204,13 @@ def test_matches_simple_oracle_all_fields(spec, P):
 @pytest.mark.parametrize("P", [2, 23, 385])
 def test_both_paths_match_simple_oracle(indexed_laws, P):
     """Indexed laws (a row index per node) and drawn ones (stored rows) give the plain oracle's trees,
-    at frontier shapes of every size."""
+    at frontier shapes of every size: the JAX kernel, and the default (native on CPU where it serves)."""
     for law in indexed_laws + [parse_law("dirichlet:V=6,alpha=0.5"), markov_law(MIXED_MARKOV)]:
         K = min(law.vocab, P)
         keys = tree_keys(key(11), 0, 5)
-        assert _same(oracle_batch(law, keys, P, K), _simple(law, keys, P, K)), (law.family, P)
+        simple = _simple(law, keys, P, K)
+        assert _same(oracle_batch(law, keys, P, K, kernel="jax"), simple), (law.family, P)
+        assert _same(oracle_batch(law, keys, P, K), simple), (law.family, P)
 
 
 def test_frontier_shape_covers_every_slot():

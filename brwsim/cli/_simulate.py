@@ -51,6 +51,7 @@ def _cmd(args) -> int:
         devices=args.devices,
         checkpoint=args.checkpoint,
         round_trees=args.round_trees,
+        kernel=args.kernel,
     )
     d = res.to_dict()
     if args.json:
@@ -94,6 +95,12 @@ def add_parser(sub) -> None:
         help="trees per process in a round, kept by --checkpoint (default and at most 65536; same results)",
     )
     s.add_argument("--devices", default=None, help="shard the oracle's trees over 'all' devices or N (same results)")
+    s.add_argument(
+        "--kernel",
+        default="auto",
+        choices=("auto", "jax", "native"),
+        help="oracle kernel: native C++ on CPU for the laws it serves, else JAX (auto, default); same results",
+    )
     s.add_argument(
         "--drafter",
         default=None,
