@@ -157,6 +157,7 @@ def ex_json(tmp_path):
         (["--hardware", "h100", "--bytes-per-param", "inf"], "both finite numbers; got inf, None"),
         (["--hardware", "h100", "--params", "inf"], "--params must be a positive parameter count"),
         (["--hardware", "h100", "--draft-pass-seconds", "nan"], "--draft-pass-seconds must be a finite number"),
+        (["--hardware", "h100", "--draft-pass-seconds=--"], "--draft-pass-seconds needs a number, got []"),
     ],
 )
 def test_plan_numbers_must_be_finite(ex_json, opts, needle, capsys):
