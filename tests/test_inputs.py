@@ -133,6 +133,12 @@ def test_pool_rows_are_renormalised(tmp_path):
     assert lp.max() <= 0 and np.allclose(np.exp(lp).sum(axis=1), 1, atol=1e-7)
 
 
+def test_option_value_dashes(capsys):
+    """argparse hands ``--P=--`` over as an empty list."""
+    assert main(["laws", "--law", "fixed:probs=1", "--P=--"]) == 2
+    assert "--P must be a comma-separated list of integers" in one_error_line(capsys)
+
+
 def test_laws_walks_memory_refused(capsys):
     assert main(["laws", "--law", "fixed:probs=0.5/0.5", "--walks", "100000000000"]) == 2
     line = one_error_line(capsys)
