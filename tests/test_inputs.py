@@ -133,6 +133,12 @@ def test_pool_rows_are_renormalised(tmp_path):
     assert lp.max() <= 0 and np.allclose(np.exp(lp).sum(axis=1), 1, atol=1e-7)
 
 
+def test_option_value_dashes(capsys):
+    """argparse hands ``--P=--`` over as an empty list."""
+    assert main(["laws", "--law", "fixed:probs=1", "--P=--"]) == 2
+    assert "--P must be a comma-separated list of integers" in one_error_line(capsys)
+
+
 def test_laws_walks_memory_refused(capsys):
     assert main(["laws", "--law", "fixed:probs=0.5/0.5", "--walks", "100000000000"]) == 2
     line = one_error_line(capsys)
@@ -157,6 +163,7 @@ def ex_json(tmp_path):
         (["--hardware", "h100", "--bytes-per-param", "inf"], "both finite numbers; got inf, None"),
         (["--hardware", "h100", "--params", "inf"], "--params must be a positive parameter count"),
         (["--hardware", "h100", "--draft-pass-seconds", "nan"], "--draft-pass-seconds must be a finite number"),
+        (["--hardware", "h100", "--draft-pass-seconds=--"], "--draft-pass-seconds needs a number, got []"),
     ],
 )
 def test_plan_numbers_must_be_finite(ex_json, opts, needle, capsys):

@@ -10,7 +10,7 @@ def P_list(text: str) -> list[int]:
     """``--P 1,4,16`` as a list of integers (checked to be >= 1 by the command that uses them)."""
     try:
         return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+    except (ValueError, AttributeError):  # AttributeError: argparse reads --P=-- as []
         raise BrwsimError(f"--P must be a comma-separated list of integers, e.g. 1,4,16; got {text!r}") from None
 
 

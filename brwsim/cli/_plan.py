@@ -182,6 +182,10 @@ def _model_tables(args, P, cost_kw) -> list[SpeedupTable]:
 def _cmd(args) -> int:
     if sum(x is not None for x in (args.law, args.model, args.from_json)) != 1:
         raise BrwsimError("give exactly one of --law SPEC, --model M or --from-json FILE")
+    for name in ("params", "bytes_per_param", "overhead", "draft_pass_seconds"):  # argparse reads --x=-- as []
+        v = getattr(args, name)
+        if v is not None and not isinstance(v, (int, float)):
+            raise BrwsimError(f"--{name.replace('_', '-')} needs a number, got {v!r}")
     if not 0 <= args.draft_pass_seconds < math.inf or args.draft_passes is not None and args.draft_passes < 1:
         raise BrwsimError("--draft-pass-seconds must be a finite number >= 0 and --draft-passes >= 1")
     tables = tables_for(args)
