@@ -7,7 +7,7 @@ from other processes hits all alike), this machine's memory bandwidth (a
 256 MiB tensor copy, read + write) and float32 FLOP/s (a 2048 x 2048 matrix
 product) with one torch thread (the real-model path's default), and the
 measured t_verify(P) (median of rounds of the one-pass tree verification,
-:func:`brwsim.llm.timing.verify_times`). Two models are compared with it:
+:func:`brwsim.speedup._timing.verify_times`). Two models are compared with it:
 
 - the plain roofline (:class:`brwsim.speedup.RooflineCost`) with those peaks
   and SmolLM2-135M's own shape (4 bytes per parameter, fp32), also with a
@@ -16,9 +16,9 @@ measured t_verify(P) (median of rounds of the one-pass tree verification,
 - the achieved roofline (:class:`brwsim.speedup.AchievedRooflineCost`): the
   same bytes and FLOPs per weight matrix and for the attention, but at the
   FLOP/s the kernel reaches at that shape and row count P + 1 (measured:
-  :func:`brwsim.llm.timing.gemm_throughput`, ``attention_throughput``),
+  :func:`brwsim.speedup._timing.gemm_throughput`, ``attention_throughput``),
   plus the rest of the pass timed with those kernels stubbed out
-  (:class:`brwsim.llm.timing.stubbed_kernels`); with max(memory, compute)
+  (:class:`brwsim.speedup._timing.stubbed_kernels`); with max(memory, compute)
   per operation (a roofline) and with memory + compute (no overlap).
 
 Also printed, to say where the time goes: the model's linear layers alone
@@ -38,8 +38,10 @@ import time
 
 import numpy as np
 
-from brwsim.llm.models import load_source
-from brwsim.llm.timing import (
+from brwsim.llm.sources import load_source
+from brwsim.speedup import AchievedRooflineCost, Hardware, cpu_roofline, shape_of_hf
+from brwsim.speedup._timing import (
+    Peaks,
     attention_throughput,
     gemm_throughput,
     linear_shapes,
@@ -47,7 +49,6 @@ from brwsim.llm.timing import (
     stubbed_kernels,
     verify_times,
 )
-from brwsim.speedup import AchievedRooflineCost, Hardware, cpu_roofline, shape_of_hf
 
 
 def linear_times(model, P_list, repeats: int) -> dict[int, float]:
@@ -117,8 +118,8 @@ def measure_interleaved(src, P_list, context: int, repeats: int):
         with stubbed_kernels():
             for P, ts in verify_times(src, Ps, context=context, repeats=1, warmup=int(r == 0), seed=r).items():
                 rest[P] += ts
-    peaks = {k: float(np.median([p[k] for p in pk])) for k in ("bandwidth", "flops")}
-    peaks |= {k + "_range": [min(p[k] for p in pk), max(p[k] for p in pk)] for k in ("bandwidth", "flops")}
+    bw, fl = [p.bandwidth for p in pk], [p.flops for p in pk]
+    peaks = Peaks(float(np.median(bw)), float(np.median(fl)), (min(bw), max(bw)), (min(fl), max(fl)))
     roof = cpu_roofline(src, context=context, peaks=peaks)
     rest_med = {P: statistics.median(ts) for P, ts in rest.items()}
     slope, icpt = np.polyfit([P + 1 for P in Ps], [rest_med[P] for P in Ps], 1)
@@ -154,7 +155,7 @@ def run(P_list, context: int, repeats: int) -> dict:
         })  # fmt: skip
     return {
         "model": "smollm2-135m", "params": roof.shape.params, "bytes_per_param": roof.bytes_per_param,
-        "context": context, "repeats": repeats, "peaks": peaks, "ridge_P": roof.ridge_P(),
+        "context": context, "repeats": repeats, "peaks": peaks.to_dict(), "ridge_P": roof.ridge_P(),
         "achieved_overhead_s": ach.hardware.overhead, "achieved_per_token_s": ach.per_token,
         "achieved_cost": ach.to_dict(), "fitted_overhead_s": o, "fit2_overhead_s": o2, "fit2_flops": f2, "rows": rows,
         "load_average_1min": [load_before, os.getloadavg()[0]],

@@ -11,12 +11,15 @@ import os
 from functools import cache
 
 import jax
+import jaxlib
 import numpy as np
+from jax._src import xla_bridge
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .errors import BrwsimError
 
 TREES_AXIS = "trees"
+YNN_JAXLIB = (0, 10)  # the first jaxlib checked to have the YNNPACK fusion flag (0.10.2)
 
 
 def one_cpu_device_per_core() -> None:
@@ -35,6 +38,48 @@ def one_cpu_device_per_core() -> None:
     n = os.cpu_count() or 1
     if n > 1:
         os.environ["XLA_FLAGS"] = (flags + f" --xla_force_host_platform_device_count={n}").strip()
+
+
+# XLA's CPU compiler hands some fusions (a log-sum-exp's reduce with its log, above a size) to YNNPACK, whose
+# exp/log round differently from XLA's own: without this flag a tree's values would depend on the batch's shape
+# (measured: 240 of 1000 trees' log-probs differ in the last bit between batches of 1000 and 4096 trees).
+SHAPE_INDEPENDENT_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
+
+
+def _backend_started() -> bool:
+    try:
+        return bool(xla_bridge.backends_are_initialized())
+    except AttributeError:  # another JAX: assume it has started (the flag would be ignored anyway)
+        return True
+
+
+def shape_independent_numerics() -> bool:
+    """Make every XLA CPU computation round the same way whatever the shape of its batch; call before JAX's
+    backend starts (importing brwsim does). True if the flag is in force.
+
+    XLA's CPU compiler moves some fusions to the YNNPACK library depending on
+    their size, and YNNPACK's exp and log differ from XLA's own in the last
+    bit: a tree's value then depends on how many trees share its batch (and
+    so on ``--batch``, the device and process counts). With YNNPACK fusions
+    off (XLA flag ``--xla_cpu_experimental_ynn_fusion_type=``, added to
+    ``XLA_FLAGS`` unless it names a YNNPACK setting already) every tree is
+    computed by the same code whatever the batch. Other backends ignore the flag.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "ynn_fusion_type" in flags:
+        return SHAPE_INDEPENDENT_FLAG in flags.split()
+    if _backend_started() or not _knows_ynn():
+        return False
+    os.environ["XLA_FLAGS"] = (flags + " " + SHAPE_INDEPENDENT_FLAG).strip()
+    return True
+
+
+def _knows_ynn() -> bool:
+    """This jaxlib has YNNPACK fusions (an unknown flag in XLA_FLAGS would stop the process)."""
+    try:
+        return tuple(int(x) for x in jaxlib.__version__.split(".")[:2]) >= YNN_JAXLIB
+    except ValueError:
+        return False
 
 
 def default_devices():
@@ -114,3 +159,6 @@ def place_batch(devices: tuple, x):
     if x.shape[0] % n:
         raise BrwsimError(f"a batch of {x.shape[0]} trees does not split evenly over {n} devices")
     return jax.device_put(x, split_over(devices))
+
+
+shape_independent_numerics()  # at import, before anything can start the backend: the API gets it too

@@ -25,6 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import _processes as processes
+from ._checkpoint import Checkpoint
 from ._devices import available_memory, default_devices, resolve_devices
 from ._keys import Stream, tree_keys
 from ._lowering import with_unrolled_threefry
@@ -32,13 +33,14 @@ from ._stats import CONVENTION, RunningStat, Stat
 from .drafters import Oracle, draft_stats, drafter_batches, parse_draft_law, parse_drafter
 from .errors import BrwsimError, check_P_list, check_positive_int
 from .laws import Law, parse_law
-from .oracle import clear_caches, default_batch, oracle_batch, oracle_memory
+from .oracle import clear_caches, default_batch, kernel_choice, oracle_batch, oracle_memory
 from .spine import law_curves
 from .theory import KINDS, Bounds, bounds_from_curves, moments
 from .tree import prefix_values, sample_accepted_batch
 
 SPINE_WALKS = 8192  # spine walks behind the splitting and dual bounds (half for Markov laws)
 MAX_TREES = 2**32 - 1  # tree indices are uint32 words folded into the key
+MAX_SEED = 2**32 - 1  # a run key holds 32 bits of the seed
 # per node and tree, beside the kernel's own buffers: its output tree (28 bytes), the
 # node records moved to tree order (32), prefix values on the device (4) and in float64 (8)
 HOST_BYTES_PER_NODE = 72
@@ -166,6 +168,15 @@ class _Sums:
         if self.kept is not None:
             self.kept.append((cols, values))
 
+    def states(self) -> list[dict]:
+        """Every statistic's exact state (columns, then the check): what a checkpoint keeps."""
+        return [s.state() for s in [*self.cols, self.check]]
+
+    def restore(self, states: list[dict]) -> None:
+        """The statistics of :meth:`states`, bit for bit."""
+        *cols, check = [RunningStat.restore(s) for s in states]
+        self.cols, self.check = cols, check
+
     def values(self, trees: int) -> np.ndarray | None:
         if self.kept is None:
             return None
@@ -178,12 +189,13 @@ class _Sums:
         return out
 
 
-def _tree_values(key, law: Law, d, dlaw, P_list, lo: int, hi: int, batch, check: bool, devices):
+def _tree_values(key, law: Law, d, dlaw, P_list, lo: int, hi: int, batch, check: bool, devices, seg: int):
     """Yields ``(columns, values [n, len(columns)], accepted [n] or None)`` for trees lo .. hi - 1, each column's
-    trees in order: what :class:`_Sums` adds, for the oracle or another drafter."""
+    trees in order: what :class:`_Sums` adds, for the oracle or another drafter. ``seg``: the most trees one
+    call gets (the oracle's batch is planned for it, so every call of a run has the same shape)."""
     if isinstance(d, Oracle):
         devs = resolve_devices(default_devices() if devices is None else devices)
-        B = plan_batch(law, P_list[-1], hi - lo, batch, devs)
+        B = plan_batch(law, P_list[-1], seg, batch, devs)
         cols = list(range(len(P_list)))
         try:
             for v, acc in _oracle_batches(key, law, P_list[-1], lo, hi, B, devs, check):
@@ -203,26 +215,80 @@ def _tree_values(key, law: Law, d, dlaw, P_list, lo: int, hi: int, batch, check:
             yield [], np.zeros((n, 0)), np.asarray(acc)[:n]
 
 
-def _collect(sums: _Sums, key, law, d, dlaw, P_list, trees, batch, check, progress, devices) -> None:
-    """Every tree's values into ``sums``: here, or split over the processes of a multi-process run."""
-    if processes.count() == 1:
-        total = trees * (1 if d.nested else len(P_list))
-        with _progress(total, f"{d.text} P={P_list[-1]}", progress) as bar:
-            for cols, v, acc in _tree_values(key, law, d, dlaw, P_list, 0, trees, batch, check, devices):
-                sums.add(cols, v, acc)
-                bar.update(v.shape[0] if cols else 0)
-        return
-    # Rounds of one segment per process; every process adds every segment in tree order, so the running
-    # sums are those of one process, bit for bit (a segment holds at most one block of values).
-    n, r = processes.count(), processes.index()
-    seg = min(RunningStat.BLOCK, -(-trees // n))
-    for j in range(-(-trees // (seg * n))):
-        lo = min(trees, (j * n + r) * seg)
-        hi = min(trees, lo + seg)
-        mine = list(_tree_values(key, law, d, dlaw, P_list, lo, hi, batch, check, devices)) if hi > lo else []
-        for part in processes.gather(mine):
-            for cols, v, acc in part:
-                sums.add(cols, v, acc)
+@dataclasses.dataclass
+class _Run:
+    """What fixes a run's numbers, and where its finished rounds are kept."""
+
+    key: object
+    law: Law
+    d: object
+    dlaw: object
+    P_list: list[int]
+    trees: int
+    batch: int | None
+    check: bool
+    devices: object
+    ckpt: Checkpoint | None = None
+    round_trees: int = 2**16  # trees per process and round (at most one block of the running sums)
+
+    def values(self, lo: int, hi: int, seg: int):
+        return _tree_values(
+            self.key, self.law, self.d, self.dlaw, self.P_list, lo, hi, self.batch, self.check, self.devices, seg
+        )
+
+
+def _finished(sums: _Sums, run: _Run) -> str:
+    done = min(s.n for s in sums.cols)
+    if done == 0:
+        return f"no round of {run.round_trees} trees a process was finished yet"
+    if run.ckpt is None:
+        return f"{done} of {run.trees} trees were finished (run with --checkpoint DIR to keep finished rounds)"
+    return f"{done} of {run.trees} trees are kept in {run.ckpt.path}: rerun the same command to resume"
+
+
+def _resume(sums: _Sums, run: _Run) -> int:
+    """Trees already finished by an earlier run of the same arguments (its statistics restored into ``sums``)."""
+    if run.ckpt is None:
+        return 0
+    saved = processes.gather(run.ckpt.load() if processes.is_main() else None)[0]  # process 0's file, everywhere
+    if saved is None:
+        return 0
+    done, states = saved
+    sums.restore(states)
+    return done
+
+
+def _save(sums: _Sums, run: _Run, done: int) -> None:
+    if run.ckpt is not None and processes.is_main():
+        run.ckpt.save(done, sums.states())
+    processes.note_finished(_finished(sums, run))
+
+
+def _collect(sums: _Sums, run: _Run, progress) -> None:
+    """Every tree's values into ``sums``, in rounds of one segment per process (several processes split each
+    round; every process adds every segment in tree order, so the running sums are those of one process, bit
+    for bit). After each round the sums go to the checkpoint, if any; a rerun resumes after the last one."""
+    n, r, trees = processes.count(), processes.index(), run.trees
+    first = _resume(sums, run)
+    processes.note_finished(_finished(sums, run))
+    seg = min(RunningStat.BLOCK, run.round_trees, max(1, -(-trees // n)))
+    total = trees * (1 if run.d.nested else len(run.P_list))
+    with _progress(total, f"{run.d.text} P={run.P_list[-1]}", progress) as bar:
+        bar.update(first * (1 if run.d.nested else len(run.P_list)))
+        for start in range(first, trees, seg * n):
+            lo = min(trees, start + r * seg)
+            hi = min(trees, lo + seg)
+            if n == 1:  # add batch by batch: an interrupt keeps the finished batches
+                for cols, v, acc in run.values(lo, hi, seg):
+                    sums.add(cols, v, acc)
+                    bar.update(v.shape[0] if cols else 0)
+            else:
+                mine = list(run.values(lo, hi, seg)) if hi > lo else []
+                for part in processes.gather(mine):
+                    for cols, v, acc in part:
+                        sums.add(cols, v, acc)
+                        bar.update(v.shape[0] if cols else 0)
+            _save(sums, run, min(trees, start + seg * n))
 
 
 def _draft_info(key, d, law, dlaw) -> dict:
@@ -276,6 +342,7 @@ class SimulationResult:
     interrupted: bool = False
     trees_requested: int = 0
     values: np.ndarray | None = None
+    checkpoint: str | None = None  # the file that keeps the finished rounds (simulate(..., checkpoint=DIR))
 
     def to_dict(self) -> dict:
         d = {
@@ -314,12 +381,35 @@ def _check_inputs(law, P, trees, seed, batch, drafter, draft_law):
             "run several seeds for more, each seed's trees are independent of the others'"
         )
     seed = check_positive_int("seed", seed, minimum=0)
+    if seed > MAX_SEED:  # jax.random.key(seed) keeps the low 32 bits: larger seeds would repeat smaller ones
+        raise BrwsimError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed}")
     batch = None if batch is None else check_positive_int("batch", batch)
     law_obj.check_budget(max(P_list))
     d = parse_drafter(drafter)
     if isinstance(d, Oracle) and draft_law is not None:
         raise BrwsimError("--draft-law applies to a drafter other than the oracle; add e.g. --drafter topq")
     return law_obj, P_list, trees, seed, batch, d
+
+
+def _checkpoint(directory, run: _Run, seed: int, keep_values: bool) -> Checkpoint | None:
+    """The run's checkpoint file in ``directory`` (None: no checkpoint), checked to be writable."""
+    if directory is None:
+        return None
+    if keep_values:
+        raise BrwsimError("keep_values and checkpoint do not go together: a resumed run has no earlier values")
+    meta = {
+        "law": run.law.spec(),
+        "P": run.P_list,
+        "trees": run.trees,
+        "seed": seed,
+        "drafter": run.d.text,
+        "draft_law": None if run.dlaw is None else run.dlaw.spec(),
+        "check": bool(run.check),
+    }
+    ckpt = Checkpoint(directory, meta)
+    if processes.is_main():
+        ckpt.check_writable()
+    return ckpt
 
 
 def _bounds(key, law: Law, P_list, mom) -> list[Bounds]:
@@ -353,6 +443,9 @@ def simulate(
     draft_law: str | None = None,
     devices=None,
     keep_values: bool = False,
+    checkpoint=None,
+    round_trees: int | None = None,
+    kernel: str = "auto",
 ) -> SimulationResult:
     """E[X] of the oracle tree (or another drafter's) at each budget P, with 95% confidence intervals.
 
@@ -363,6 +456,10 @@ def simulate(
     the largest P also carries the mean accepted length of one simulated target continuation per tree,
     an independent estimator. ``bounds``: every P carries its :class:`brwsim.theory.Bounds`.
     ``keep_values``: every tree's value too. A KeyboardInterrupt returns the finished trees' estimates.
+    ``checkpoint`` (a directory): the running sums are kept there after every finished round, and a call
+    with the same arguments resumes after the last one, with the same numbers as an uninterrupted run.
+    ``round_trees`` (default and at most 65,536): trees per process in a round (same numbers, whatever it is).
+    ``kernel`` (auto|jax|native): the oracle's kernel on CPU (same numbers).
     """
     law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
     t0 = time.perf_counter()
@@ -371,16 +468,30 @@ def simulate(
     if not isinstance(d, Oracle):
         dlaw = parse_draft_law(draft_law)
         dlaw.check(law_obj)
+    run = _Run(key, law_obj, d, dlaw, P_list, trees, batch, check, devices)
+    run.ckpt = _checkpoint(checkpoint, run, seed, keep_values)
+    if round_trees is not None:
+        run.round_trees = min(RunningStat.BLOCK, check_positive_int("round-trees", round_trees))
+    if dlaw is not None:
         draft = _draft_info(key, d, law_obj, dlaw)
     try:
-        _collect(sums, key, law_obj, d, dlaw, P_list, trees, batch, check, progress, devices)
+        with kernel_choice(kernel):
+            _collect(sums, run, progress)
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        processes.note_finished(None)
+    return _result(law, sums, run, seed, draft, interrupted, bounds, keep_values, t0)
+
+
+def _result(law, sums: _Sums, run: _Run, seed: int, draft, interrupted: bool, bounds: bool, keep_values, t0):
+    """The :class:`SimulationResult` of the finished trees (bounds only for a run that was not interrupted)."""
     done = min(s.n for s in sums.cols)
     if done == 0:
         raise KeyboardInterrupt
-    mom = moments(key, law_obj)
-    results = _per_P(sums, key, law_obj, P_list, mom, bounds and not interrupted)
+    law_obj = run.law
+    mom = moments(run.key, law_obj)
+    results = _per_P(sums, run.key, law_obj, run.P_list, mom, bounds and not interrupted)
     return SimulationResult(
         law=law if isinstance(law, str) else law_obj.spec(),
         iid=law_obj.is_iid,
@@ -392,11 +503,12 @@ def simulate(
         seed=seed,
         results=results,
         seconds=time.perf_counter() - t0,
-        drafter=d.text,
+        drafter=run.d.text,
         draft=draft,
         interrupted=interrupted,
-        trees_requested=trees,
+        trees_requested=run.trees,
         values=sums.values(done) if keep_values else None,
+        checkpoint=None if run.ckpt is None else str(run.ckpt.path),
     )
 
 

@@ -46,9 +46,12 @@ def _available(names):
 
 
 def run(quick: bool = False, only: list[str] | None = None, seed: int = 0, log=sys.stderr) -> Path:
-    """Run the experiments (all, or ``only``) and write the report; return its path."""
+    """Run the experiments (all, or ``only``: a non-empty list of names) and write the report; return its path."""
     names = _available(EXPERIMENTS)
-    if only:
+    if only is not None:
+        only = [n.strip() for n in only if n.strip()]
+        if not only:
+            raise BrwsimError(f"--only names no experiment; give one or more of {', '.join(names)}, comma-separated")
         unknown = [n for n in only if n not in names]
         if unknown:
             raise BrwsimError(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(names)}")
@@ -95,9 +98,8 @@ def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log) 
     for timings, files in processes.gather((first, new)):
         first |= timings
         for rel, blob in files.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
             if not (root / rel).exists():
-                (root / rel).write_bytes(blob)
+                common.write_atomic(root / rel, blob)
     path = None
     if processes.is_main():
         with processes.alone():

@@ -4,7 +4,9 @@ Every experiment computes *points* (one law at one setting) through
 :func:`cached`, which stores each point's rows under
 ``results/.cache/NAME/<hash of the parameters>.json``: a point already
 computed with the same parameters and seed is read back, not recomputed
-(:data:`COUNTERS` counts both cases). The tidy rows of a run go to
+(:data:`COUNTERS` counts both cases). Cache files are written under unique
+temporary names and renamed into place; a lock per point lets concurrent
+runs into one directory share the work instead of repeating it. The tidy rows of a run go to
 ``results/NAME.csv`` and ``results/NAME.jsonl`` (one row per law x P x
 statistic, with mean, ci95, trees, seed and the package version); figures to
 ``figures/NAME.png`` and ``.pdf``.
@@ -13,10 +15,13 @@ statistic, with mean, ci95, trees, seed and the package version); figures to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import fcntl
 import hashlib
 import json
 import os
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -68,7 +73,7 @@ def parser(name: str, doc: str | None = None) -> argparse.ArgumentParser:
 
 # Bump when a change to brwsim changes some numbers on purpose (e.g. a random stream), so that no
 # point cached before it is read back; the cache is per machine (results/.cache is not committed).
-CACHE_EPOCH = 2
+CACHE_EPOCH = 3  # 3: node distributions normalised with the maximum subtracted first (last-bit changes)
 
 
 def _digest(params: dict) -> str:
@@ -76,20 +81,62 @@ def _digest(params: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def _read_point(path: Path) -> list[dict] | None:
+    """The rows of a cached point, or None when it is absent or unreadable (then it is computed again)."""
+    try:
+        return json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temporary file of a unique name in its directory, renamed into place: a reader
+    sees the whole old file or the whole new one, and concurrent writers never share a temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _point_lock(path: Path):
+    """An exclusive lock on one point (``flock`` on ``<point>.lock``): a second run that needs the same point
+    waits for the first and then reads its rows; the lock goes with its process, even a killed one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def cached(name: str, params: dict, compute: Callable[[], list[dict]]) -> list[dict]:
-    """Rows of one point, computed once per (name, params) and then read back."""
+    """Rows of one point, computed once per (name, params) and then read back.
+
+    Concurrent runs into one output directory compute each point once (:func:`_point_lock`); a point counts
+    as ``computed`` once its rows are in the cache, so an interrupted run counts only finished points.
+    """
     results, _ = out_dirs()
     path = results / ".cache" / name / f"{_digest(params)}.json"
-    if path.exists():
-        COUNTERS["cached"] += 1
-        return json.loads(path.read_text())["rows"]
-    COUNTERS["computed"] += 1
-    t0 = time.perf_counter()
-    rows = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"params": params, "seconds": time.perf_counter() - t0, "rows": rows}))
-    tmp.replace(path)
+    rows = _read_point(path)
+    if rows is None:
+        with _point_lock(path):
+            rows = _read_point(path)  # another run may have finished it while this one waited
+            if rows is None:
+                t0 = time.perf_counter()
+                rows = compute()
+                blob = {"params": params, "seconds": time.perf_counter() - t0, "rows": rows}
+                write_atomic(path, json.dumps(blob).encode())
+                COUNTERS["computed"] += 1
+                return rows
+    COUNTERS["cached"] += 1
     return rows
 
 

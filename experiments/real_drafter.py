@@ -2,8 +2,9 @@
 
 The drafter q is the shipped model's first k decoder layers followed by its
 own final norm and LM head (no training, the "logit lens"); the target p is
-the whole model. Both come out of one forward pass per tree node
-(brwsim.llm.early_exit). Per task (HumanEval code prompts, pydoc prose) and
+the whole model: the ``early-exit:k=K`` real drafter
+(brwsim.llm.drafters.early_exit), measured by the same pipeline as every
+other real drafter (brwsim.llm.drafters.measure_prompt_drafters). Per task (HumanEval code prompts, pydoc prose) and
 per k: the mean cross-entropy E[H(p, q)], KL(p || q), TV(p, q) and top-1
 agreement along the target's own sampled continuations; E[X] of the real
 oracle tree T*_P, of the top-P-by-Q tree (exact best-first search by the
@@ -39,53 +40,53 @@ def settings(quick: bool, seed: int) -> dict:
                 ks=[6, 12, 18, 24, 29, 30], seed=seed, batch=4, threads=1)  # fmt: skip
 
 
-_SOURCE: dict = {}
+_OPEN: dict = {}
 
 
-def _source(params: dict):
+def _open(params: dict):
+    """(target, one ``early-exit:k=K`` drafter per k), opened once per process."""
     key = (params["model"], tuple(params["ks"]), params["threads"])
-    if key not in _SOURCE:
-        from brwsim.llm.early_exit import EarlyExitSource
-        from brwsim.llm.models import load_source
+    if key not in _OPEN:
+        from brwsim.llm.drafters import open_drafter
+        from brwsim.llm.sources import load_source
 
-        _SOURCE.clear()
-        _SOURCE[key] = EarlyExitSource(load_source(params["model"], threads=params["threads"]), params["ks"])
-    return _SOURCE[key]
+        _OPEN.clear()
+        target = load_source(params["model"], threads=params["threads"])
+        _OPEN[key] = (target, [open_drafter(f"early-exit:k={k}", target) for k in params["ks"]])
+    return _OPEN[key]
 
 
 def prompt_point(params: dict, prompt) -> dict:
-    """One prompt's raw measurements (cached per prompt)."""
+    """One prompt's raw measurements (cached per prompt): the general real-drafter pipeline, one drafter per k."""
 
     def compute():
-        from brwsim.llm.early_exit import measure_prompt_with_drafter
+        from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
 
-        src = _source(params)
-        f0, t0 = src.forward_seconds, time.perf_counter()
-        _, dr = measure_prompt_with_drafter(
-            src, prompt, max(params["P"]), walks=params["walks"], depth=params["depth"], seed=params["seed"],
-            batch=params["batch"],
-        )  # fmt: skip
+        target, drafters = _open(params)
+        st = DrafterSettings(1.0, params["walks"], params["depth"], params["seed"], params["batch"], check_samples=0)
+        f0, t0 = target.forward_seconds, time.perf_counter()
+        pr, drs = measure_prompt_drafters(target, drafters, prompt, max(params["P"]), st)
         secs = time.perf_counter() - t0
         print(f"{prompt.task} {prompt.id}: {secs:.1f} s", flush=True)
         return [
             {
                 "task": prompt.task,
                 "id": prompt.id,
-                "ks": dr.ks,
-                "layers": src.n_layers,
-                "oracle": dr.oracle.tolist(),
-                "topq": dr.topq.tolist(),
-                "chain": dr.chain.tolist(),
-                "stats": dr.walk_stats.mean(0).tolist(),  # [K, len(STATS)], mean over visited nodes
-                "visited": int(dr.walk_stats.shape[0]),
+                "ks": list(params["ks"]),
+                "layers": drafters[0].info["layers"],
+                "oracle": pr.oracle.values.tolist(),
+                "topq": [d.values["topq"].tolist() for d in drs],
+                "chain": [d.values["chain"].tolist() for d in drs],
+                "stats": [d.walk_stats.mean(0).tolist() for d in drs],  # [K, len(STATS)], mean over visited nodes
+                "visited": int(drs[0].walk_stats.shape[0]),
                 "seconds": secs,
-                "forward_seconds": src.forward_seconds - f0,
+                "forward_seconds": target.forward_seconds - f0,
             }
         ]
 
     keys = ("model", "ks", "P", "walks", "depth", "seed", "batch")
     spec = {k: params[k] for k in keys} | {"task": prompt.task, "id": prompt.id, "text": prompt.text}
-    return common.cached(NAME, spec | {"version": brwsim.__version__}, compute)[0]
+    return common.cached(NAME, spec | {"version": brwsim.__version__, "pipeline": "drafters"}, compute)[0]
 
 
 def aggregate(params: dict, points: list[dict]) -> list[dict]:
@@ -157,7 +158,7 @@ def main(argv=None) -> dict:
     args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
     params = settings(args.quick, args.seed)
     from brwsim.llm import require_llm
-    from brwsim.llm.prompts import load_prompts
+    from brwsim.llm.sources import load_prompts
 
     require_llm()
     points = [prompt_point(params, p) for p in load_prompts(params["prompts"], params["n"])]

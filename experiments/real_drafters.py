@@ -49,8 +49,8 @@ def settings(quick: bool, seed: int) -> dict:
         drafters[1:1] = ["layerskip:auto,n=8"]
         drafters[3:3] = ["lowbit:bits=3"]
     head = None
-    if importlib.util.find_spec("brwsim.llm.eagle_head") is not None:
-        from brwsim.llm import eagle_head
+    if importlib.util.find_spec("brwsim.llm.drafters.eagle_head") is not None:
+        from brwsim.llm.drafters import eagle_head
 
         drafters.append("eagle-head:quick" if quick else "eagle-head")
         head = (eagle_head.QUICK if quick else eagle_head.FULL).to_dict()  # a new head config: new points
@@ -69,13 +69,13 @@ def _open(params: dict):
     """(target, drafters, calibrations), opened once per process."""
     key = (params["model"], tuple(params["drafters"]), params["heldout"])
     if key not in _OPEN:
-        from brwsim.llm.models import load_source
-        from brwsim.llm.run import _open_drafters
+        from brwsim.llm.run import open_drafters
+        from brwsim.llm.sources import load_source
 
         _OPEN.clear()
         target = load_source(params["model"], threads=params["threads"])
         log = lambda m: print(m, flush=True)  # noqa: E731
-        _OPEN[key] = (target, *_open_drafters(target, params["drafters"], 1.0, log, params["heldout"]))
+        _OPEN[key] = (target, *open_drafters(target, params["drafters"], 1.0, log, params["heldout"]))
     return _OPEN[key]
 
 
@@ -94,7 +94,7 @@ def _point_rows(prompt, pr, drs, secs) -> dict:
                 "stats": None if d.walk_stats is None else d.walk_stats.mean(0).tolist(),
                 "xi_q": None if d.xi_q is None else d.xi_q.tolist(),
                 "s_P": None if d.s_P is None else [float(x) for x in d.s_P],
-                "check": d.check,
+                "check": d.check.to_dict() if d.check else {},
                 "passes": d.passes,
             }
             for d in drs
@@ -107,13 +107,13 @@ def prompt_point(params: dict, prompt) -> dict:
     """One prompt's raw measurements (cached per prompt)."""
 
     def compute():
-        from brwsim.llm.real_drafters import DrafterSettings, measure_prompt_drafters
+        from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
 
         target, drafters, cal = _open(params)
         st = DrafterSettings(1.0, params["walks"], params["depth"], params["seed"], params["batch"])
         st.check_samples, st.check_P = params["check_samples"], params["check_P"]
         t0 = time.perf_counter()
-        rates = [c["rates"] if c else None for c in cal]
+        rates = [c.rates if c else None for c in cal]
         pr, drs = measure_prompt_drafters(target, drafters, prompt, max(params["P"]), st, rates)
         secs = time.perf_counter() - t0
         print(f"{prompt.task} {prompt.id}: {secs:.1f} s", flush=True)
@@ -130,8 +130,7 @@ def _calibration(params: dict) -> dict:
     def compute():
         _, drafters, cal = _open(params)
         return [
-            {"name": d.name, "info": {k: v for k, v in (getattr(d, "info", {}) or {}).items() if k != "rates"}}
-            | ({k: v for k, v in c.items() if k != "rates"} if c else {})
+            {"name": d.name, "info": {k: v for k, v in d.info.items() if k != "rates"}} | (c.to_dict() if c else {})
             for d, c in zip(drafters, cal, strict=True)
         ]
 
@@ -277,7 +276,7 @@ def main(argv=None) -> dict:
     args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
     params = settings(args.quick, args.seed)
     from brwsim.llm import require_llm
-    from brwsim.llm.prompts import load_prompts
+    from brwsim.llm.sources import load_prompts
 
     require_llm()
     points = [prompt_point(params, p) for p in load_prompts(params["prompts"], params["n"])]

@@ -39,7 +39,7 @@ def settings(quick: bool, seed: int) -> dict:
 
 
 def compute(params: dict) -> list[dict]:
-    d = run_llm(**params, log=lambda m: print(m, file=sys.stderr, flush=True))
+    d = run_llm(**params, log=lambda m: print(m, file=sys.stderr, flush=True)).to_dict()
     rows = []
     tm = d["timing"]
     for t in d["tasks"]:

@@ -67,8 +67,8 @@ def cpu_cost(params: dict, P_list: list[int]) -> TableCost:
     """The measured t_verify of the shipped model on this CPU (cached per machine)."""
 
     def compute():
-        from brwsim.llm.models import load_source
-        from brwsim.llm.timing import verify_times
+        from brwsim.llm.sources import load_source
+        from brwsim.speedup._timing import verify_times
 
         src = load_source(MODEL, threads=1)
         times = verify_times(src, P_list, context=params["context"], repeats=params["repeats"], seed=params["seed"])

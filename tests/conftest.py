@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -43,3 +45,61 @@ def indexed_laws(tmp_path):
         markov_law(markov),
         table_law(6, n_rows=32, alpha=0.4),
     ]
+
+
+class Processes:
+    """The processes a test starts: each leads its own process group (``start_new_session``), and every group
+    is killed, children included, when the test ends, whatever happens (:func:`processes`)."""
+
+    def __init__(self):
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], sigint_default: bool = False, **kwargs) -> subprocess.Popen:
+        """Popen ``argv`` (text pipes by default) in a new session; ``sigint_default``: SIGINT set to its
+        default in the child, so Ctrl-C reaches Python even from a shell whose background jobs ignore it."""
+        kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True} | kwargs
+        preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint_default else None
+        p = subprocess.Popen(argv, start_new_session=True, preexec_fn=preexec, **kwargs)
+        self.started.append(p)
+        return p
+
+    def finish(self, p: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
+        """(returncode, stdout, stderr) of ``p``; a process still running after ``timeout`` s fails the test."""
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(p)
+            pytest.fail(f"{p.args[:6]}... did not end within {timeout} s")
+        return p.returncode, out, err
+
+    def run(self, argv: list[str], timeout: float, **kwargs) -> tuple[int, str, str]:
+        return self.finish(self.start(argv, **kwargs), timeout)
+
+    @staticmethod
+    def kill(p: subprocess.Popen) -> None:
+        """SIGKILL to ``p``'s whole process group (it and its children), then reap it."""
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill_all(self) -> None:
+        for p in self.started:
+            self.kill(p)
+            for f in (p.stdout, p.stderr):
+                if f is not None:
+                    f.close()
+
+
+@pytest.fixture()
+def processes():
+    """Start processes through this; they and their children are killed when the test ends."""
+    ps = Processes()
+    try:
+        yield ps
+    finally:
+        ps.kill_all()

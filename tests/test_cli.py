@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -71,27 +70,19 @@ def test_argparse_errors_are_one_line(capsys):
     assert len(err) == 1 and "invalid int value" in err[0]
 
 
-def test_json_contract_subprocess():
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "brwsim",
-            "simulate",
-            "--law",
-            "fixed:probs=0.6/0.3/0.1",
-            "--P",
-            "1,64",
-            "--trees",
-            "3",
-            "--seed",
-            "7",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+def _stdout(processes, argv: list[str], env=None, timeout: float = 600) -> str:
+    """stdout of a command that must succeed (started through the ``processes`` fixture: never left running)."""
+    rc, out, err = processes.run(argv, timeout, env=env)
+    assert rc == 0, err[-3000:]
+    return out
+
+
+def test_json_contract_subprocess(processes):
+    out = _stdout(
+        processes,
+        [sys.executable, "-m", "brwsim", "simulate", "--law", "fixed:probs=0.6/0.3/0.1", "--P", "1,64", "--trees", "3",
+         "--seed", "7", "--json"],
+    )  # fmt: skip
     d = json.loads(out)  # exactly one JSON object
     assert d["law"] == "fixed:probs=0.6/0.3/0.1"
     assert d["convention"] == "X = accepted draft tokens per verifier call (tokens per call = X + 1)"
@@ -117,33 +108,26 @@ def test_table_output(capsys):
     assert "0.5000" in out
 
 
-def test_cli_uses_one_device_per_core_with_identical_results():
+def test_cli_uses_one_device_per_core_with_identical_results(processes):
     """The command exposes one XLA CPU device per core and shards trees over them: same numbers."""
-    import os
 
     def run(flags):
         env = dict(os.environ, XLA_FLAGS=flags) if flags else {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        out = subprocess.run(
-            [sys.executable, "-m", "brwsim", "simulate", "--law", "dirichlet:V=30,alpha=0.2", "--P", "8,32",
-             "--trees", "21", "--seed", "4", "--json"],
-            capture_output=True, text=True, check=True, env=env,
-        ).stdout  # fmt: skip
-        return json.loads(out)["results"]
+        argv = [sys.executable, "-m", "brwsim", "simulate", "--law", "dirichlet:V=30,alpha=0.2", "--P", "8,32",
+                "--trees", "21", "--seed", "4", "--json"]  # fmt: skip
+        return json.loads(_stdout(processes, argv, env=env))["results"]
 
     one = run("--xla_force_host_platform_device_count=1")
     assert run("--xla_force_host_platform_device_count=3") == one
     assert run(None) == one
 
 
-def test_cli_exposes_one_device_per_core():
+def test_cli_exposes_one_device_per_core(processes):
     """brwsim.cli is imported after jax (the package imports it); the flag still takes effect."""
-    import os
-
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     code = "import sys, brwsim, jax; assert 'jax' in sys.modules; brwsim.one_cpu_device_per_core(); "
     code += "import os; print(jax.device_count(), os.cpu_count())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
-    n_dev, n_cpu = map(int, out.split())
+    n_dev, n_cpu = map(int, _stdout(processes, [sys.executable, "-c", code], env=env).split())
     assert n_dev == n_cpu
 
 
@@ -156,21 +140,22 @@ def test_default_devices_in_process():
     assert default_devices() == expected
 
 
-def test_ctrl_c_prints_what_was_finished_not_a_traceback():
+def test_ctrl_c_prints_what_was_finished_not_a_traceback(processes, tmp_path):
     import signal
     import time
 
-    cmd = [sys.executable, "-m", "brwsim", "simulate", "--law", "fixed:probs=0.5/0.5", "--P", "4"]
-    proc = subprocess.Popen(
-        cmd + ["--trees", "4000000000", "--batch", "2000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    time.sleep(12)  # import, compile, and some batches
+    cmd = [sys.executable, "-m", "brwsim", "simulate", "--law", "fixed:probs=0.5/0.5", "--P", "4", "--trees",
+           "4000000000", "--batch", "2000", "--round-trees", "2000", "--checkpoint", str(tmp_path)]  # fmt: skip
+    proc = processes.start(cmd, sigint_default=True)  # SIGINT as a terminal's Ctrl-C, even from a shell ignoring it
+    end = time.monotonic() + 600  # a loaded machine: wait for a finished round rather than a fixed time
+    while not list(tmp_path.glob("simulate-*.npz")) and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    rc, out, err = processes.finish(proc, 300)
+    assert rc == 130, err[-2000:]
     assert "Traceback" not in err and "brwsim: interrupted" in err
-    if out:  # some trees had finished: their estimate, with the count
-        assert "interrupted:" in out and "E[X]" in out
+    assert "interrupted:" in out and "E[X]" in out  # a round had finished: its estimate, with the count
+    assert "rerun the same command to resume" in err and str(tmp_path) in err
 
 
 @pytest.mark.parametrize(
@@ -186,17 +171,16 @@ def test_inputs_too_large_for_the_machine_are_one_line_errors(argv, needle, caps
     assert len(err) == 1 and needle in err[0]
 
 
-def test_compiled_programs_kept_on_disk_give_the_same_numbers(tmp_path):
+def test_compiled_programs_kept_on_disk_give_the_same_numbers(processes, tmp_path):
     """A second process loads XLA's compiled programs from the cache: same JSON, bit for bit."""
     cmd = [sys.executable, "-m", "brwsim", "simulate", "--law", "dirichlet:V=8,alpha=0.5", "--P", "1,5", "--trees"]
     env = dict(os.environ, BRWSIM_XLA_CACHE=str(tmp_path / "xla"))
     runs = []
     for _ in range(2):
-        run = subprocess.run(cmd + ["40", "--json"], capture_output=True, text=True, env=env, timeout=300, check=True)
-        out = run.stdout
+        out = _stdout(processes, cmd + ["40", "--json"], env=env)
         runs.append({k: v for k, v in json.loads(out).items() if k != "seconds"})
         assert any((tmp_path / "xla").iterdir()), "the first run kept no compiled program"
     assert runs[0] == runs[1]
     env |= {"BRWSIM_XLA_CACHE": "off", "BRWSIM_CACHE": str(tmp_path / "user")}
-    subprocess.run(cmd + ["4"], capture_output=True, env=env, timeout=300, check=True)
+    _stdout(processes, cmd + ["4"], env=env)
     assert not (tmp_path / "user" / "xla").exists()

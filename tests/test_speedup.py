@@ -168,21 +168,34 @@ def test_csv_table_reads_and_interpolates(tmp_path):
         verify_cost(f"csv:{tmp_path / 'nope.csv'}")
 
 
-def test_from_llm_oracle_and_drafter_tables():
+def test_from_llm_oracle_and_every_real_drafter():
+    """A real-model run's JSON (typed back by run_from_dict): the oracle and each real drafter's best tree, with its
+    draft cost modelled from its size (or measured, when given)."""
+    from brwsim.llm.results import run_from_dict
+
     res = [{"P": 1, "mean": 0.8, "ci95": 0.1}, {"P": 4, "mean": 2.0, "ci95": 0.2}]
-    dres = [{"P": 1, "topq": 0.5, "topq_ci95": 0.1, "chain": 0.5, "chain_ci95": 0.1},
-            {"P": 4, "topq": 1.0, "topq_ci95": 0.2, "chain": 0.9, "chain_ci95": 0.2}]  # fmt: skip
-    d = {"model": "m", "tasks": [{"task": "code", "prompts": 2, "results": res,
-                                  "drafter": {"layers": 10, "per_k": [{"k": 2, "results": dres}]}}]}  # fmt: skip
+    rows = [
+        {"P": 1, "topq": 0.5, "topq_ci95": 0.1, "chain": 0.5, "chain_ci95": 0.1, "best_builder": "topq"},
+        {"P": 4, "topq": 1.0, "topq_ci95": 0.2, "chain": 0.9, "chain_ci95": 0.2, "best_builder": "topq"},
+    ]
+    dr = {"name": "layerskip:skip=3-10", "prompts": 2, "builders": ["topq", "chain"], "results": rows,
+          "draft_fraction": 0.2}  # fmt: skip
+    look = dr | {"name": "lookup:n=3", "draft_fraction": 0.0}
+    d = {"model": "m", "tasks": [{"task": "code", "prompts": 2, "results": res, "drafters": [dr, look]}]}
+    run = run_from_dict(d)
     cost = TableCost({0: 1.0, 1: 1.0, 4: 1.0})
-    tables = from_llm(d, cost)
-    assert [t.drafter for t in tables] == ["oracle", "topq k=2", "chain k=2"]
+    tables = from_llm(run, cost)
+    assert [t.drafter for t in tables] == ["oracle", "layerskip:skip=3-10 (topq)", "lookup:n=3 (topq)"]
     assert tables[0].best.P == 4 and tables[0].best.speedup == pytest.approx(3.0)
-    # the drafter: 2 of 10 layers per drafted token -> 0.2 s per pass; P = 4: 2.0 / (1 + 0.8)
+    # 0.2 of a decoding step per drafted token: P = 4 costs 1 + 0.8, E[X] + 1 = 2
+    assert tables[1].draft.kind == "modelled" and tables[1].rows[2].speedup == pytest.approx(2.0 / 1.8)
+    assert tables[2].rows[2].speedup == pytest.approx(2.0)  # lookup: no model pass
+    measured = from_llm(run, cost, draft_costs={"layerskip:skip=3-10": DraftCost(0.5, "P", "m", "measured")})
+    assert measured[1].rows[2].speedup == pytest.approx(2.0 / 3.0)
     assert drafter_pass_cost(cost, 2, 10).t_pass == pytest.approx(0.2)
-    assert tables[1].rows[2].speedup == pytest.approx(2.0 / 1.8)
+    assert run_from_dict(run.to_dict()).to_dict() == run.to_dict()
     with pytest.raises(BrwsimError, match="no task 'prose'"):
-        from_llm(d, cost, task="prose")
+        from_llm(run, cost, task="prose")
 
 
 def test_cli_plan_json(tmp_path, capsys):
@@ -232,9 +245,9 @@ def test_achieved_roofline_arithmetic_by_hand():
 
 def test_timed_tree_pass_on_a_tiny_model():
     pytest.importorskip("torch")
-    from brwsim.llm.hf import HFSource
-    from brwsim.llm.timing import _tree_inputs
+    from brwsim.llm.sources._hf import HFSource
     from brwsim.speedup import measure_cost, shape_of_hf
+    from brwsim.speedup._timing import _tree_inputs
 
     src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
     c = measure_cost(src, [1, 4], context=8, repeats=2)
@@ -253,13 +266,15 @@ def test_timed_tree_pass_on_a_tiny_model():
 
 def test_cpu_achieved_on_a_tiny_model():
     torch = pytest.importorskip("torch")
-    from brwsim.llm.hf import HFSource
-    from brwsim.llm.timing import linear_shapes
+    from brwsim.llm.sources._hf import HFSource
     from brwsim.speedup import cpu_achieved
+    from brwsim.speedup._timing import linear_shapes
 
     src = HFSource(tiny_llama(7), None, name="tiny", threads=1)
     lin = torch.nn.functional.linear
-    peaks = {"bandwidth": 1e10, "flops": 1e11}
+    from brwsim.speedup._timing import Peaks
+
+    peaks = Peaks(bandwidth=1e10, flops=1e11)
     c = cpu_achieved(src, [1, 4], context=8, repeats=1, peaks=peaks)
     assert torch.nn.functional.linear is lin  # the stubs are gone after the timing of the rest of the pass
     assert c.gemms == tuple(linear_shapes(src.model)) and (16, 7, 1) in c.gemms  # the LM head: 16 -> 7 tokens
@@ -303,3 +318,19 @@ def test_cli_plan_drafter_beside_the_oracle(tmp_path, capsys):
         assert r["ex"] == pytest.approx(ex, rel=1e-6) and r["t_draft"] == pytest.approx(0.5 * r["P"])
         assert r["speedup"] == pytest.approx((ex + 1) / (COSTS[r["P"]] + 0.5 * r["P"]), rel=1e-6)
     assert chain["best"]["P"] == 1 and oracle["best"]["P"] == 2
+
+
+def test_cli_plan_from_json_of_a_real_model_run_with_drafters(tmp_path, capsys):
+    """``brwsim plan --from-json`` of a ``brwsim llm --json`` output plans the oracle and every real drafter."""
+    rows = [{"P": P, "topq": m, "topq_ci95": 0.1, "best_builder": "topq"} for P, m in ((1, 0.5), (2, 0.8))]
+    dr = {"name": "lowbit:bits=4", "prompts": 2, "builders": ["topq"], "results": rows, "draft_fraction": 0.125}
+    res = [{"P": 1, "mean": 0.8, "ci95": 0.1}, {"P": 2, "mean": 1.2, "ci95": 0.2}]
+    run = {"model": "m", "vocab_size": 9, "tasks": [{"task": "code", "prompts": 2, "results": res, "drafters": [dr]}]}
+    f, cost = tmp_path / "run.json", tmp_path / "cost.csv"
+    f.write_text(json.dumps(run))
+    cost.write_text("0,1.0\n1,1.0\n2,1.0\n")
+    assert main(["plan", "--from-json", str(f), "--hardware", f"csv:{cost}", "--json"]) == 0
+    tables = json.loads(capsys.readouterr().out)["tables"]
+    assert [t["drafter"] for t in tables] == ["oracle", "lowbit:bits=4 (topq)"]
+    row = tables[1]["rows"][2]  # P = 2: (0.8 + 1) / (1 + 2 x 0.125)
+    assert row["t_draft"] == pytest.approx(0.25) and row["speedup"] == pytest.approx(1.8 / 1.25)

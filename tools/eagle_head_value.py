@@ -27,11 +27,9 @@ import time
 import numpy as np
 
 from brwsim._stats import mean_ci95
-from brwsim.llm import eagle_head
-from brwsim.llm.early_exit import target_logP
+from brwsim.llm.drafters import eagle_head, target_logP
 from brwsim.llm.measure import oracle_tree
-from brwsim.llm.models import load_source
-from brwsim.llm.prompts import load_prompts
+from brwsim.llm.sources import load_prompts, load_source
 
 P_SHOW = (1, 4, 8, 16, 32, 64, 128)
 

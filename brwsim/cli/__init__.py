@@ -15,7 +15,7 @@ import sys
 
 from .. import _processes as processes
 from .._cache import enable_compilation_cache
-from .._devices import one_cpu_device_per_core
+from .._devices import one_cpu_device_per_core, shape_independent_numerics
 from .._lowering import unrolled_threefry
 from ..errors import BrwsimError
 from . import _laws, _llm, _plan, _reproduce, _simulate
@@ -46,6 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-processes", type=int, default=None, help="processes in the run (or BRWSIM_NUM_PROCESSES)")
     g.add_argument("--process-id", type=int, default=None, help="this process, 0 .. N-1 (or BRWSIM_PROCESS_ID)")
     g.add_argument("--distributed", choices=["auto"], default=None, help="auto: JAX reads the cluster (SLURM...)")
+    g.add_argument(
+        "--join-timeout", type=int, default=processes.JOIN_S, help="seconds to wait for every process to join"
+    )
+    g.add_argument(
+        "--heartbeat-timeout",
+        type=int,
+        default=processes.HEARTBEAT_S,
+        help="a process silent this many seconds has failed: the others stop with one line naming it",
+    )
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     for module in SUBCOMMANDS:
         module.add_parser(sub)
@@ -54,10 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     one_cpu_device_per_core()
+    shape_independent_numerics()
     args = build_parser().parse_args(argv)
     try:
         enable_compilation_cache()  # a second call of the command does not compile again
-        processes.start(args.coordinator, args.num_processes, args.process_id, auto=args.distributed == "auto")
+        processes.start(
+            args.coordinator,
+            args.num_processes,
+            args.process_id,
+            auto=args.distributed == "auto",
+            timeout=args.join_timeout,
+            heartbeat=args.heartbeat_timeout,
+        )
         with unrolled_threefry(), _quiet_unless_main():  # the whole run: same random bits, faster on CPU
             return args.func(args)
     except BrwsimError as e:

@@ -10,11 +10,14 @@ i.i.d.-only closed forms. All values count X = accepted draft tokens per call
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 
+from .._devices import available_memory
 from .._stats import CONVENTION, MARGIN_Z
-from ..errors import check_P_list, check_positive_int
+from ..errors import BrwsimError, check_P_list, check_positive_int
 from ..laws import parse_law
 from ..spine import SpineCurves, law_curves
 from ..theory import KINDS, bounds_from_curves, moments
@@ -35,14 +38,46 @@ def _curve(curves: SpineCurves, walks: int) -> dict:
     return spine
 
 
+WALK_STEP_BYTES = 64  # per walk and step: xi, H, M2 (float64) and the state while walking, then stacked and summed
+MAX_STEPS = 4000  # law_curves' cap on a walk's steps
+WALKS_MAX = 2**32 - 1  # walk indices are uint32
+SEED_MAX = 2**63 - 1  # jax.random.key takes a signed 64-bit seed
+
+
+def check_walks_memory(law, walks: int, P_max: int, mu: float) -> None:
+    """Refuse ``walks`` whose spine arrays cannot fit in the memory available, naming the need and the max.
+
+    Steps per walk: about twice the mean depth ``s_max / mu`` the walks run to (all stop within 64 steps of
+    a zero-entropy law), at most :data:`MAX_STEPS`; an O(V) step holds a few float32 rows per walk too.
+    """
+    s_max = max(math.log(max(mu, 1e-300) * P_max), 0.0) + 3.0 if mu > 0 else 0.0
+    steps = min(MAX_STEPS, 64 + (math.ceil(2 * s_max / mu) if mu > 0 else 0))
+    costly = any(sub.costly_spine_step(law.spine_needs_rank) for sub in law.sub_laws())
+    per_walk = WALK_STEP_BYTES * steps + (12 * law.vocab if costly else 0)
+    avail = available_memory()
+    if avail is None or walks * per_walk <= 0.8 * avail:
+        if walks > WALKS_MAX:
+            raise BrwsimError(f"--walks must be at most {WALKS_MAX} (walk indices are 32-bit), got {walks}")
+        return
+    fit = min(max(int(0.8 * avail // per_walk), 0), WALKS_MAX)
+    raise BrwsimError(
+        f"--walks {walks} needs about {walks * per_walk / 1e9:.3g} GB (up to {steps} steps of {WALK_STEP_BYTES} bytes "
+        f"per walk{', plus O(V) rows' if costly else ''}), more than the {0.8 * avail / 1e9:.3g} GB a run may use "
+        f"here (80% of the memory available): the largest that fits is about --walks {fit}"
+    )
+
+
 def laws_summary(spec, P_list, walks: int = 8192, seed: int = 0, margin_z: float = MARGIN_Z) -> dict:
     """The JSON object of ``brwsim laws``."""
     law = parse_law(spec)
     P_list = check_P_list(P_list)
     walks = check_positive_int("walks", walks, minimum=2)
     seed = check_positive_int("seed", seed, minimum=0)
+    if seed > SEED_MAX:
+        raise BrwsimError(f"seed must be an integer in [0, {SEED_MAX}] (a 64-bit PRNG seed), got {seed}")
     key = jax.random.key(seed)
     mom = moments(key, law)
+    check_walks_memory(law, walks, max(P_list), mom.mu)
     out: dict = {
         "law": spec if isinstance(spec, str) else law.spec(),
         "convention": CONVENTION,

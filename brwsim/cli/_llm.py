@@ -13,12 +13,13 @@ module imports without torch: the extra is checked when run.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from ..llm import require_llm
-from ..llm.drafter_report import print_drafters
-from ..llm.early_exit import print_drafter
-from ..llm.run import run_llm
+from ..llm.drafters import print_drafters
+from ..llm.run import RunOptions, run_llm
+from ..speedup import drafter_names, model_names, prompt_names
 from ._args import P_list, emit
 from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header
 
@@ -44,8 +45,6 @@ def print_llm(d: dict, out=None) -> None:
             print(line + bound_cells(r, groups), file=out)
         for note in bound_notes(groups):
             print(note, file=out)
-        if t.get("drafter"):
-            print_drafter(t, out)
         print_drafters(t, out)
     tm = d["timing"]
     print(
@@ -55,39 +54,25 @@ def print_llm(d: dict, out=None) -> None:
     )
 
 
+def options(args) -> RunOptions:
+    """The :class:`RunOptions` of ``brwsim llm``'s arguments (checked: one-line errors)."""
+    names = [f.name for f in dataclasses.fields(RunOptions) if f.name not in ("P", "drafters")]
+    kw = {k: getattr(args, k) for k in names}
+    return RunOptions(P=tuple(P_list(args.P)), drafters=tuple(args.drafter or ()), **kw).checked()
+
+
 def _cmd(args) -> int:
+    opts = options(args)
     if not (args.model.startswith("file:") or args.model.lower().endswith(".npz")):
         require_llm()
-    d = run_llm(
-        model=args.model,
-        prompts=args.prompts,
-        n=args.n,
-        P=P_list(args.P),
-        walks=args.walks,
-        depth=args.depth,
-        seed=args.seed,
-        trees=args.trees,
-        batch=args.batch,
-        dtype=args.dtype,
-        threads=args.threads,
-        device=args.device,
-        max_prompt_tokens=args.max_prompt_tokens,
-        save_pool=args.save_pool,
-        record=args.record,
-        drafter=args.drafter,
-        temperature=args.temperature,
-        check_samples=args.check_samples,
-        check_P=args.check_P,
-        heldout_tokens=args.heldout_tokens,
-        log=None if args.json else (lambda m: print(m, file=sys.stderr)),
-    )
-    return emit(args, d, print_llm)
+    log = None if args.json else (lambda m: print(m, file=sys.stderr))
+    return emit(args, run_llm(opts, log=log).to_dict(), print_llm)
 
 
 def add_parser(sub) -> None:
     s = sub.add_parser("llm", help="real-model token trees: mu, mu_2, real oracle E[X], i.i.d. surrogate, bounds")
-    s.add_argument("--model", default="smollm2-135m", help="smollm2-135m, gemma3-270m, a model dir, .gguf or .npz")
-    s.add_argument("--prompts", default="humaneval", help="humaneval, pydoc or a .jsonl file (comma-separated)")
+    s.add_argument("--model", default="smollm2-135m", help=f"{model_names()}, a model dir, .gguf or .npz")
+    s.add_argument("--prompts", default="humaneval", help=f"{prompt_names()} (comma-separated)")
     s.add_argument("--n", type=int, default=8, help="prompts per task (evenly spaced; default 8)")
     s.add_argument("--P", default="1,2,4,8,16,32,64", help="verifier budgets (default 1,2,4,...,64)")
     s.add_argument("--walks", type=int, default=16, help="sampled continuations per prompt (default 16)")
@@ -97,7 +82,9 @@ def add_parser(sub) -> None:
     s.add_argument("--batch", type=int, default=4, help="tree nodes per forward pass (default 4)")
     s.add_argument("--dtype", default="float32", help="float32 (default) or bfloat16")
     s.add_argument("--threads", type=int, default=1, help="torch threads (default 1; see docs/llm.md)")
-    s.add_argument("--device", default="auto", help="torch device: auto (a GPU if torch sees one, else cpu)")
+    s.add_argument(
+        "--device", default="auto", help="torch device: auto (a GPU if torch sees one, else cpu), cpu, cuda[:N], mps"
+    )
     s.add_argument("--max-prompt-tokens", type=int, default=384, help="keep the last N prompt tokens (default 384)")
     s.add_argument("--save-pool", default=None, help="directory to keep each task's surrogate pool .npz")
     s.add_argument("--record", default=None, help="save every log-prob row asked to this .npz (saved-logits file)")
@@ -105,8 +92,7 @@ def add_parser(sub) -> None:
         "--drafter",
         action="append",
         default=None,
-        help="a real drafter (repeatable): layerskip:skip=A-B | layerskip:auto | lowbit:bits=N | model:DIR | "
-        "lookup:n=N | eagle-head[:quick] | early-exit:k=K (docs/drafters.md)",
+        help=f"a real drafter SPEC (repeatable): {drafter_names()} (docs/drafters.md)",
     )
     s.add_argument("--temperature", type=float, default=1.0, help="target and drafters at temperature T (default 1)")
     s.add_argument("--check-samples", type=int, default=200, help="speculative calls per prompt, direct check")

@@ -15,23 +15,31 @@ timed here) or ``cpu-roofline`` (this machine's measured bandwidth and FLOP/s) o
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 from ..errors import BrwsimError
 from ..estimate import simulate
-from ..llm.models import load_source
-from ..llm.run import run_llm
+from ..llm.results import run_from_dict
+from ..llm.run import RunOptions, open_drafters, run_llm
+from ..llm.sources import load_source
 from ..speedup import (
     MEANING,
+    MEASURED,
     DraftCost,
     SpeedupTable,
+    drafter_names,
     from_llm,
     from_simulation,
+    hardware_names,
+    measure_draft_cost,
+    model_names,
     parse_custom,
     preset,
     read_cost_csv,
     speedup_table,
+    target_names,
     verify_cost,
 )
 from ._args import P_list, emit
@@ -76,11 +84,13 @@ def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
         raise BrwsimError(f"--from-json {path!r} is not JSON ({e}); give a brwsim simulate/llm --json output") from None
     try:
         if isinstance(d, dict) and "tasks" in d:
+            for t in d["tasks"]:
+                _check_rows(t["results"], path)
             cost = verify_cost(args.hardware, P=_Ps(d["tasks"][0]["results"]), **cost_kw)
-            return from_llm(d, cost, task=args.task)
+            return from_llm(run_from_dict(d), cost, task=args.task)
         if isinstance(d, dict) and "results" in d:
+            ex = _check_rows(d["results"], path)
             cost = verify_cost(args.hardware, P=_Ps(d["results"]), **cost_kw)
-            ex = [(r["P"], r["mean"], r["ci95"]) for r in d["results"]]
             src = f"{path} ({d.get('law', '?')}, {d.get('trees', '?')} trees)"
             return [speedup_table(ex, cost, drafter=d.get("drafter", "oracle"), source=src)]
     except (KeyError, TypeError, IndexError, ValueError) as e:
@@ -92,21 +102,37 @@ def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
     raise BrwsimError(f"--from-json {path!r} is neither a brwsim simulate nor a brwsim llm --json output")
 
 
+def _check_rows(rows, path: str) -> list[tuple[int, float, float]]:
+    """(P, mean, ci95) of saved result rows: P an integer >= 1, E[X] a finite number in [0, P], ci95 finite >= 0
+    (null or NaN, one sample's undefined half-width, reads as 0)."""
+    out = []
+    for i, r in enumerate(rows):
+        P, m, c = r["P"], r["mean"], r.get("ci95")
+        c = math.nan if c is None else c
+        if isinstance(P, bool) or not isinstance(P, int) or P < 1:
+            raise BrwsimError(f"--from-json {path!r}: row {i} has P = {P!r}; P must be an integer >= 1")
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (math.isfinite(m) and 0 <= m <= P):
+            raise BrwsimError(f"--from-json {path!r}: row {i} (P = {P}) has E[X] = {m!r}; it must be finite, in [0, P]")
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isnan(c) or 0 <= c < math.inf):
+            raise BrwsimError(f"--from-json {path!r}: row {i} (P = {P}) has ci95 = {c!r}; it must be finite, >= 0")
+        out.append((P, float(m), float(c)))
+    return out
+
+
 def _Ps(rows) -> list[int]:
     return [int(r["P"]) for r in rows]
 
 
 def _law_tables(args, P, cost) -> list[SpeedupTable]:
     """The oracle's table (the speed of light) and, with ``--drafter``, the simulated drafter's beside it."""
-    if args.draft_pass_seconds < 0 or args.draft_passes is not None and args.draft_passes < 1:
-        raise BrwsimError("--draft-pass-seconds must be >= 0 and --draft-passes >= 1")
     kw = dict(P=P, trees=args.trees, seed=args.seed, progress=False)
     out = [from_simulation(simulate(args.law, **kw), cost)]
-    if args.drafter and args.drafter != "oracle":
-        res = simulate(args.law, drafter=args.drafter, draft_law=args.draft_law, **kw)
+    drafter = args.drafter[-1] if args.drafter else None
+    if drafter and drafter != "oracle":
+        res = simulate(args.law, drafter=drafter, draft_law=args.draft_law, **kw)
         passes = "P" if args.draft_passes is None else args.draft_passes
         per = "drafted token" if passes == "P" else f"tree ({passes} passes)"
-        label = f"{args.drafter}: {1e3 * args.draft_pass_seconds:g} ms per pass, one pass per {per}"
+        label = f"{drafter}: {1e3 * args.draft_pass_seconds:g} ms per pass, one pass per {per}"
         draft = DraftCost(args.draft_pass_seconds, passes, label, "user" if args.draft_pass_seconds else "none")
         out.append(from_simulation(res, cost, draft))
     return out
@@ -119,32 +145,49 @@ def tables_for(args) -> list[SpeedupTable]:
         overhead=args.overhead, repeats=args.repeats, model=args.verifier,
     )  # fmt: skip
     if args.hardware is None:
-        raise BrwsimError(
-            "give --hardware: h100, h200, a100, l4, cpu-measured, cpu-roofline, cpu-achieved, csv:FILE or custom:..."
-        )
+        raise BrwsimError(f"give --hardware: {hardware_names()}")
     if args.from_json:
         return _from_json(args.from_json, cost_kw, args)
     if args.law:
         return _law_tables(args, P, verify_cost(args.hardware, P=P, **cost_kw))  # hardware errors first
+    return _model_tables(args, P, cost_kw)
+
+
+def _model_tables(args, P, cost_kw) -> list[SpeedupTable]:
+    """The oracle's table and, with ``--drafter SPEC`` (repeatable), every real drafter's with its draft cost
+    (measured here on ``cpu-measured``, else modelled from its size)."""
     hw = args.hardware.strip()
     if hw.startswith("csv:"):  # bad hardware: one line before the slow model load
         read_cost_csv(hw[4:])
     elif hw.startswith("custom"):
         parse_custom(hw)
-    elif hw not in ("cpu-measured", "cpu-roofline", "cpu-achieved"):
+    elif hw not in MEASURED:
         preset(hw.lower())
+    opts = RunOptions(model=args.model, prompts=args.prompts, n=args.n, P=tuple(P), walks=args.walks,
+                      depth=args.depth, seed=args.seed, trees=args.surrogate_trees, threads=1,
+                      drafters=tuple(args.drafter or ())).checked()  # fmt: skip
     source = load_source(args.model, threads=1)
     cost = verify_cost(hw, P=P, source=source, **(cost_kw | {"model": args.model}))
-    d = run_llm(
-        model=args.model, prompts=args.prompts, n=args.n, P=P, walks=args.walks, depth=args.depth,
-        seed=args.seed, trees=args.surrogate_trees, source=source, drafter=args.drafter,
-    )  # fmt: skip
-    return from_llm(d, cost, task=args.task)
+    drafters, cal = open_drafters(source, opts.drafters, opts.temperature, None, opts.heldout_tokens)
+    measured = {}
+    if hw == "cpu-measured":
+        for d in drafters:
+            dc = measure_draft_cost(d, context=args.context, repeats=args.repeats)
+            if dc is not None:
+                measured[d.name] = dc
+    run = run_llm(opts, source=source, opened=(drafters, cal))
+    return from_llm(run, cost, task=args.task, draft_costs=measured)
 
 
 def _cmd(args) -> int:
     if sum(x is not None for x in (args.law, args.model, args.from_json)) != 1:
         raise BrwsimError("give exactly one of --law SPEC, --model M or --from-json FILE")
+    for name in ("params", "bytes_per_param", "overhead", "draft_pass_seconds"):  # argparse reads --x=-- as []
+        v = getattr(args, name)
+        if v is not None and not isinstance(v, (int, float)):
+            raise BrwsimError(f"--{name.replace('_', '-')} needs a number, got {v!r}")
+    if not 0 <= args.draft_pass_seconds < math.inf or args.draft_passes is not None and args.draft_passes < 1:
+        raise BrwsimError("--draft-pass-seconds must be a finite number >= 0 and --draft-passes >= 1")
     tables = tables_for(args)
     return emit(args, {"tables": [t.to_dict() for t in tables]}, lambda _: print_plan(tables))
 
@@ -152,13 +195,11 @@ def _cmd(args) -> int:
 def add_parser(sub) -> None:
     s = sub.add_parser("plan", help="speedup (tokens per second) at each budget P on given hardware, and the best P")
     s.add_argument("--law", default=None, help="E[X] from a simulated law SPEC (fast)")
-    s.add_argument("--model", default=None, help="E[X] from a real model run here (smollm2-135m ...; minutes)")
+    s.add_argument("--model", default=None, help=f"E[X] from a real model run here ({model_names()}, a directory ...)")
     s.add_argument("--from-json", default=None, help="E[X] from a saved brwsim simulate/llm --json output")
-    s.add_argument("--hardware", default=None, help="h100, h200, a100, l4, cpu-measured, cpu-roofline, "
-                   "cpu-achieved, csv:FILE, "
-                   "custom:bw=BYTES_PER_S,flops=FLOP_PER_S[,overhead=S]")  # fmt: skip
+    s.add_argument("--hardware", default=None, help=hardware_names())
     s.add_argument("--params", type=float, default=None, help="target parameter count for the roofline, e.g. 8e9")
-    s.add_argument("--target", default=None, help="target shape preset for the roofline: llama-1b, llama-8b, llama-70b")
+    s.add_argument("--target", default=None, help=f"target shape preset for the roofline: {target_names()}")
     s.add_argument("--bytes-per-param", type=float, default=2.0, help="weight bytes per parameter (default 2: bf16)")
     s.add_argument("--context", type=int, default=512, help="context length L before the tree (default 512)")
     s.add_argument("--overhead", type=float, default=None, help="fixed seconds per target call (roofline)")
@@ -172,15 +213,18 @@ def add_parser(sub) -> None:
     d = s.add_argument_group("a drafter beside the oracle")
     d.add_argument(
         "--drafter",
+        action="append",
         default=None,
-        help="with --law: topq, eagle, chain, ... (brwsim simulate's); with --model: early-exit:k=K "
-        "(draft cost modelled as k/layers of a decoding step per drafted token)",
+        help="with --law: topq, eagle, chain, ... (brwsim simulate's); with --model (repeatable): a real drafter, "
+        f"{drafter_names()} (draft cost measured here with cpu-measured, else modelled from its size)",
     )
     d.add_argument("--draft-law", default=None, help="with --law: the drafter's q (brwsim simulate's --draft-law)")
     d.add_argument("--draft-pass-seconds", type=float, default=0.0, help="with --law: seconds per drafter pass")
     d.add_argument("--draft-passes", type=int, default=None, help="with --law: passes per tree (default P)")
     g = s.add_argument_group("--model: the real-model run (brwsim llm's options, small defaults)")
-    g.add_argument("--prompts", default="humaneval", help="humaneval, pydoc or a .jsonl file (default humaneval)")
+    g.add_argument(
+        "--prompts", default="humaneval", help="humaneval, pydoc, sharegpt or a .jsonl file (default humaneval)"
+    )
     g.add_argument("--n", type=int, default=2, help="prompts per task (default 2)")
     g.add_argument("--walks", type=int, default=8, help="sampled continuations per prompt (default 8)")
     g.add_argument("--depth", type=int, default=16, help="tokens per continuation (default 16)")

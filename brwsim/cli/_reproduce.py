@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import sys
+
+from experiments import common
+
 from ..reproduce import run
 
 
+def interrupted_message(computed: int, cached: int) -> str:
+    """What an interrupted run tells: how many points it finished (each one is in the cache) and how to go on."""
+    if computed + cached == 0:
+        return "brwsim: interrupted before any point finished; nothing was cached"
+    results, _ = common.out_dirs()
+    return (
+        f"brwsim: interrupted: {computed} point(s) computed and cached in this run, {cached} read from the cache "
+        f"(under {results / '.cache'}); rerun the same command to go on from them"
+    )
+
+
 def _cmd(args) -> int:
-    only = [x.strip() for x in args.only.split(",")] if args.only else None
-    path = run(quick=args.quick, only=only, seed=args.seed)
+    only = args.only.split(",") if args.only is not None else None
+    before = dict(common.COUNTERS)
+    try:
+        path = run(quick=args.quick, only=only, seed=args.seed)
+    except KeyboardInterrupt:
+        computed = common.COUNTERS["computed"] - before.get("computed", 0)
+        cached = common.COUNTERS["cached"] - before.get("cached", 0)
+        sys.stderr.write(interrupted_message(computed, cached) + "\n")
+        return 130
     print(f"wrote {path}")
     return 0
 

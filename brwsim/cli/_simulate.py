@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from ..estimate import simulate
 from ._args import P_list
-from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header
+from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header, strict_json
 
 
 def print_table(d: dict, out=None) -> None:
@@ -50,17 +49,25 @@ def _cmd(args) -> int:
         drafter=args.drafter,
         draft_law=args.draft_law,
         devices=args.devices,
+        checkpoint=args.checkpoint,
+        round_trees=args.round_trees,
+        kernel=args.kernel,
     )
     d = res.to_dict()
     if args.json:
-        print(json.dumps(d))
+        print(strict_json(d))
     else:
         print_table(d)
         print(f"({res.seconds:.1f} s)")
     if res.interrupted:
+        kept = (
+            f"; the finished rounds are kept in {res.checkpoint}: rerun the same command to resume"
+            if res.checkpoint
+            else "; run with --checkpoint DIR to keep finished rounds for a rerun"
+        )
         sys.stderr.write(
             f"brwsim: interrupted after {res.trees} of {res.trees_requested} trees: the estimates above use the "
-            "finished trees; no bounds were computed\n"
+            f"finished trees; no bounds were computed{kept}\n"
         )
         return 130
     return 0
@@ -75,7 +82,25 @@ def add_parser(sub) -> None:
     s.add_argument("--batch", type=int, default=None, help="trees per jitted step (results do not depend on it)")
     s.add_argument("--check", action="store_true", help="also simulate the target's sampled continuation")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    s.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="DIR",
+        help="keep the running sums of every finished round in DIR; the same command again resumes there",
+    )
+    s.add_argument(
+        "--round-trees",
+        type=int,
+        default=None,
+        help="trees per process in a round, kept by --checkpoint (default and at most 65536; same results)",
+    )
     s.add_argument("--devices", default=None, help="shard the oracle's trees over 'all' devices or N (same results)")
+    s.add_argument(
+        "--kernel",
+        default="auto",
+        choices=("auto", "jax", "native"),
+        help="oracle kernel: native C++ on CPU for the laws it serves, else JAX (auto, default); same results",
+    )
     s.add_argument(
         "--drafter",
         default=None,

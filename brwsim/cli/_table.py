@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+
+from ..errors import BrwsimError
 
 RIGOROUS_NOTE = (
     "rigorous upper bounds: dual and splitting are spine estimates + 1.96 se at the minimising s "
@@ -69,3 +72,50 @@ def bound_notes(groups) -> list[str]:
         note = notes[g] + (RENEWAL_NOTE if g == "bounds" and "renewal" in names else "")
         out.append(f"[{', '.join(names)}] {note}")
     return out
+
+
+# JSON has no NaN or infinity. A non-finite number is written as null where it means "no value": a standard
+# error or half-width of a single sample, a ratio to a zero, a closed form that is infinite (mu = 0). The
+# numbers a result is about (E[X], a speedup, a time, mu, mu_2) must be finite: printing is refused otherwise.
+REQUIRED_FINITE = ("mean", "check_mean", "ex", "speedup", "t_verify", "t_draft", "mu", "mu2")
+EX_TOL = 1e-9  # relative rounding slack of a mean of values in [0, P]
+
+
+def _json_safe(x, path: str):
+    if isinstance(x, dict):
+        return {k: _json_safe(v, f"{path}.{k}") for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v, f"{path}[{i}]") for i, v in enumerate(x)]
+    if isinstance(x, float) and not math.isfinite(x):
+        if path.rsplit(".", 1)[-1] not in REQUIRED_FINITE:
+            return None
+        raise BrwsimError(
+            f"internal error: the result's {path.lstrip('.')} is {x}, not a finite number; "
+            "nothing was printed (please report the command)"
+        )
+    return x
+
+
+def check_expected_values(d, path: str = "") -> None:
+    """Refuse any result row whose E[X] (``mean``, ``check_mean``, ``ex``) is not a finite number in [0, P]."""
+    if isinstance(d, dict):
+        P = d.get("P")
+        if isinstance(P, int) and not isinstance(P, bool) and P >= 1:
+            for key in ("mean", "check_mean", "ex"):
+                v = d.get(key)
+                if isinstance(v, float) and not (math.isfinite(v) and -EX_TOL * P <= v <= P * (1 + EX_TOL)):
+                    raise BrwsimError(
+                        f"internal error: E[X] = {v} at P = {P} ({path.lstrip('.')}.{key}) lies outside [0, P]; "
+                        "nothing was printed (please report the command)"
+                    )
+        for k, v in d.items():
+            check_expected_values(v, f"{path}.{k}")
+    elif isinstance(d, (list, tuple)):
+        for i, v in enumerate(d):
+            check_expected_values(v, f"{path}[{i}]")
+
+
+def strict_json(d: dict) -> str:
+    """``d`` as strict JSON (no NaN or Infinity; see above), after :func:`check_expected_values`."""
+    check_expected_values(d)
+    return json.dumps(_json_safe(d, ""), allow_nan=False)

@@ -22,10 +22,11 @@ import numpy as np
 
 from .._moments import entropy_moments
 from .._registry import registrar
-from .._spec import Spec, parse_spec
+from .._spec import Spec, number, parse_spec
 from ..errors import BrwsimError
 
 PROB_TOL = 1e-6  # how far from 1 a user-given distribution may sum
+VOCAB_MAX = 2**31 - 1  # token indices are int32
 
 LAWS: dict[str, type] = {}  # SPEC family -> law class (read by parse_law)
 register = registrar(LAWS)
@@ -46,6 +47,40 @@ def rank_of(logp: jax.Array, token) -> jax.Array:
     x = logp[token]
     idx = jnp.arange(logp.shape[-1])
     return (jnp.sum(logp > x) + jnp.sum((logp == x) & (idx < token))).astype(jnp.int32)
+
+
+def vocab_size(spec: Spec) -> int:
+    """The SPEC's ``V``: an integer in [1, 2^31 - 1]."""
+    return number(spec, "V", integer=True, lo=1, hi=VOCAB_MAX)
+
+
+def log_normalize(z: jax.Array) -> jax.Array:
+    """log-probabilities from logits ``z`` (last axis): <= 0 and summing to one in float32, for any finite scale.
+
+    The largest entry is subtracted first, so it becomes exactly 0 and the
+    sum of exponentials is >= 1; ``jax.nn.logsumexp`` written as
+    ``z - logsumexp(z)`` does not guarantee this under XLA (at logits of
+    ~1e6 it gives log-probabilities up to +0.12). All ``-inf`` rows stay
+    ``-inf``; the final ``minimum`` pins the sign against any rounding.
+    """
+    m = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
+    y = z - jnp.where(jnp.isfinite(m), m, 0.0)
+    return jnp.minimum(y - jnp.log(jnp.sum(jnp.exp(y), axis=-1, keepdims=True)), 0.0)
+
+
+def scale_logits(y: jax.Array, c: float) -> jax.Array:
+    """``c * y`` for log-weights ``y <= 0`` whose largest entry is 0, with the limits of ``c`` kept exact.
+
+    ``c`` (a Python number or a traced float32 scalar) in float32 may round
+    to 0 (all finite entries become 0: uniform over the support) or to inf
+    (every entry below the largest becomes ``-inf``: a point mass); ``-inf`` entries stay ``-inf`` and 0 stays 0, so no
+    ``0 * inf`` or ``inf / inf`` can make a NaN.
+    """
+    if isinstance(c, (int, float)):
+        c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
+    else:  # traced: float32 arithmetic already overflows to inf and underflows to 0
+        c32 = jnp.asarray(c, jnp.float32)
+    return jnp.where(y == 0, 0.0, jnp.where(jnp.isneginf(y), -jnp.inf, y * c32))
 
 
 def check_distribution(probs, what: str) -> np.ndarray:

@@ -9,7 +9,10 @@ import jax.numpy as jnp
 from scipy.special import polygamma, psi
 
 from .._spec import Spec, number
-from ._base import Law, register
+from ._base import Law, log_normalize, register, scale_logits, vocab_size
+
+ALPHA_MAX = 1e20  # (V - 1) alpha stays far inside float32 in the Gamma sampler (the law is uniform long before)
+ALPHA_TINY = 1e-30  # below it log(U) / alpha may overflow float32: the scaled sampler (Dirichlet.full_logp)
 
 
 @register("dirichlet")
@@ -17,7 +20,10 @@ class Dirichlet(Law):
     """p ~ Dirichlet(alpha, ..., alpha) on V symbols.
 
     SPEC: ``dirichlet:V=32000,alpha=0.05``. Sampled as normalised Gamma(alpha)
-    variables, in log space (:func:`log_gamma_variates`).
+    variables, in log space (:func:`log_gamma_variates`). Any alpha in
+    (0, 1e20] works; below 1e-30 the weights log G_i = (alpha x_i + log U_i) / alpha
+    are centred before the division, so a tiny alpha gives the point mass at one
+    uniformly random symbol that the law tends to.
     """
 
     V: int = 2
@@ -27,7 +33,8 @@ class Dirichlet(Law):
 
     @classmethod
     def from_spec(cls, spec: Spec) -> Dirichlet:
-        return cls(V=number(spec, "V", integer=True, lo=1), alpha=number(spec, "alpha", lo=0, lo_open=True))
+        alpha = number(spec, "alpha", lo=0, lo_open=True, hi=ALPHA_MAX)
+        return cls(V=vocab_size(spec), alpha=alpha)
 
     def spec(self) -> str:
         return f"dirichlet:V={self.V},alpha={self.alpha:g}"
@@ -37,8 +44,11 @@ class Dirichlet(Law):
         return self.V
 
     def full_logp(self, key, state):
-        lg = log_gamma_variates(key, self.alpha, (self.V,))
-        return lg - jax.nn.logsumexp(lg)
+        if self.alpha < ALPHA_TINY:
+            # Gamma(alpha) = Gamma(alpha + 1) U^(1/alpha): log G = w / alpha with w = alpha x + log U
+            w = alpha_scaled_log_gamma(key, self.alpha, (self.V,))
+            return log_normalize(scale_logits(w - jnp.max(w), 1.0 / self.alpha))
+        return log_normalize(log_gamma_variates(key, self.alpha, (self.V,)))
 
     def exact_moments(self):
         return dirichlet_moments(self.V, self.alpha)
@@ -69,10 +79,18 @@ def log_gamma_variates(key, alpha: float, shape) -> jax.Array:
     c = 1/sqrt(9d), v = (1 + c Z)^3, accept when log U < Z^2/2 + d - d v +
     d log v. The loop redraws rejected entries until all are accepted.
     """
-    a = alpha + 1.0 if alpha < 1 else alpha
+    kloop, kpow = jax.random.split(key)
+    x = _log_gamma_at_least_one(kloop, alpha + 1.0 if alpha < 1 else alpha, shape)
+    if alpha < 1:
+        u = jax.random.uniform(kpow, shape, minval=jnp.finfo(jnp.float32).tiny)
+        x = x + jnp.log(u) / alpha
+    return x
+
+
+def _log_gamma_at_least_one(kloop, a: float, shape) -> jax.Array:
+    """log Gamma(a) variates for a >= 1 (the squeeze method of :func:`log_gamma_variates`)."""
     d = a - 1.0 / 3.0
     c = 1.0 / math.sqrt(9.0 * d)
-    kloop, kpow = jax.random.split(key)
 
     def body(st):
         i, x, done = st
@@ -87,11 +105,18 @@ def log_gamma_variates(key, alpha: float, shape) -> jax.Array:
         return i + 1, x, done | ok
 
     init = (jnp.int32(0), jnp.zeros(shape), jnp.zeros(shape, bool))
-    _, x, _ = jax.lax.while_loop(lambda s: ~jnp.all(s[2]), body, init)
-    if alpha < 1:
-        u = jax.random.uniform(kpow, shape, minval=jnp.finfo(jnp.float32).tiny)
-        x = x + jnp.log(u) / alpha
-    return x
+    return jax.lax.while_loop(lambda s: ~jnp.all(s[2]), body, init)[1]
+
+
+def alpha_scaled_log_gamma(key, alpha: float, shape) -> jax.Array:
+    """``alpha log G`` for G ~ Gamma(alpha), alpha < 1: ``alpha log Gamma(alpha + 1) + log U``, finite for any alpha.
+
+    The same draws as :func:`log_gamma_variates` (same key use), multiplied by alpha before float32 overflows.
+    """
+    kloop, kpow = jax.random.split(key)
+    x = _log_gamma_at_least_one(kloop, alpha + 1.0, shape)
+    u = jax.random.uniform(kpow, shape, minval=jnp.finfo(jnp.float32).tiny)
+    return jnp.float32(alpha) * x + jnp.log(u)
 
 
 def dirichlet_moments(V: int, alpha: float) -> tuple[float, float]:
@@ -108,4 +133,4 @@ def dirichlet_moments(V: int, alpha: float) -> tuple[float, float]:
     A = V * alpha
     m = float(psi(alpha + 1) - psi(A + 1))
     var = float(polygamma(1, alpha + 1) - polygamma(1, A + 1))
-    return -m, m * m + var
+    return 0.0 - m, m * m + var  # 0.0 - m: no -0.0 when alpha -> 0

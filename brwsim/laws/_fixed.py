@@ -60,7 +60,7 @@ class Fixed(Law):
 
     def exact_moments(self):
         h, m2 = entropy_moments(np.asarray(self.logp, np.float64))
-        return float(h), float(m2)
+        return float(h) + 0.0, float(m2)  # + 0.0: a zero entropy is 0.0, not -0.0
 
     def spine_tables(self) -> dict:
         return cdf_tables(self)
@@ -75,7 +75,7 @@ class Fixed(Law):
 def fixed_law(probs) -> Fixed:
     """A :class:`Fixed` law from a probability vector (validated: >= 0, sums to 1)."""
     p = check_distribution(probs, "fixed law")
-    p = np.sort(p)[::-1]
+    p = np.sort(p / p.sum())[::-1]  # exactly normalised: no log-probability above 0
     with np.errstate(divide="ignore"):
         lp = np.log(p)
     return Fixed(logp=jnp.asarray(lp, jnp.float32))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from .._spec import Spec, number
-from ._base import Law, register
+from ._base import Law, log_normalize, register, scale_logits, vocab_size
 
 
 @register("logitnormal")
@@ -13,7 +14,9 @@ class LogitNormal(Law):
     """p = softmax(z), z_i i.i.d. N(0, sigma^2), i = 1..V.
 
     SPEC: ``logitnormal:V=32000,sigma=3``. Its moments are Monte Carlo
-    estimates; its spine steps read the whole distribution (O(V)).
+    estimates; its spine steps read the whole distribution (O(V)). Any finite
+    sigma > 0 works: the normals are centred on their maximum before scaling,
+    so a huge sigma gives the point mass it tends to, a tiny one the uniform law.
     """
 
     V: int = 2
@@ -23,7 +26,7 @@ class LogitNormal(Law):
 
     @classmethod
     def from_spec(cls, spec: Spec) -> LogitNormal:
-        return cls(V=number(spec, "V", integer=True, lo=1), sigma=number(spec, "sigma", lo=0, lo_open=True))
+        return cls(V=vocab_size(spec), sigma=number(spec, "sigma", lo=0, lo_open=True))
 
     def spec(self) -> str:
         return f"logitnormal:V={self.V},sigma={self.sigma:g}"
@@ -33,5 +36,5 @@ class LogitNormal(Law):
         return self.V
 
     def full_logp(self, key, state):
-        z = self.sigma * jax.random.normal(key, (self.V,))
-        return z - jax.nn.logsumexp(z)
+        z = jax.random.normal(key, (self.V,))
+        return log_normalize(scale_logits(z - jnp.max(z), self.sigma))

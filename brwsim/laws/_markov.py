@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from typing import Any
 
@@ -116,14 +117,28 @@ class Markov(Law):
         return jax.random.categorical(key, row).astype(jnp.int32)
 
 
+_LOADING: list[str] = []  # the Markov law files being read, outermost first (a file that names itself is a cycle)
+
+
 def load_markov(path: str) -> Markov:
-    """Read a Markov law from JSON or TOML (see :class:`Markov`)."""
+    """Read a Markov law from JSON or TOML (see :class:`Markov`); a file that refers to itself is refused."""
+    real = os.path.realpath(os.path.expanduser(path))
+    if real in _LOADING:
+        chain = " -> ".join(os.path.basename(p) for p in _LOADING[_LOADING.index(real) :] + [real])
+        raise BrwsimError(
+            f"Markov law file {path!r} refers to itself ({chain}); each state's law must be an i.i.d. law SPEC"
+        )
     raw = _read_file(path, "Markov law")
     try:
         cfg = tomllib.loads(raw.decode()) if path.lower().endswith(".toml") else json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BrwsimError(f"Markov law file {path!r} does not parse: {str(e).splitlines()[0]}") from None
-    return markov_law(cfg, path)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e).splitlines()[0]
+        raise BrwsimError(f"Markov law file {path!r} does not parse: {why}") from None
+    _LOADING.append(real)
+    try:
+        return markov_law(cfg, path)
+    finally:
+        _LOADING.pop()
 
 
 def markov_law(cfg: dict[str, Any], path: str = "<dict>") -> Markov:

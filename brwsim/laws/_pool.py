@@ -124,7 +124,7 @@ def _read_rows(path: str, raw: bytes):
     if path.lower().endswith(".json"):
         try:
             probs = np.asarray(json.loads(raw), dtype=np.float64)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             raise BrwsimError(f"pool file {path!r}: expected a JSON list of equal-length probability lists") from None
         with np.errstate(divide="ignore"):
             return np.log(probs), None, None
@@ -132,18 +132,33 @@ def _read_rows(path: str, raw: bytes):
         z = np.load(io.BytesIO(raw), allow_pickle=False)
     except Exception:
         raise BrwsimError(f"pool file {path!r} is not a readable .npz archive") from None
+    if not hasattr(z, "files"):
+        raise BrwsimError(f"pool file {path!r} is a single .npy array; save an .npz with np.savez(path, logp=...)")
     if "logp" in z:
-        logp = np.asarray(z["logp"], np.float64)
+        logp = _numeric(z, "logp", path)
     elif "probs" in z:
         with np.errstate(divide="ignore"):
-            logp = np.log(np.asarray(z["probs"], np.float64))
+            logp = np.log(_numeric(z, "probs", path))
     else:
         raise BrwsimError(f"pool file {path!r} needs an array 'logp' or 'probs' (N x K)")
     if ("entropy" in z) != ("m2" in z):
         raise BrwsimError(f"pool file {path!r}: give both 'entropy' and 'm2', or neither")
     if "entropy" in z:
-        return logp, np.asarray(z["entropy"], np.float64), np.asarray(z["m2"], np.float64)
+        return logp, _numeric(z, "entropy", path), _numeric(z, "m2", path)
     return logp, None, None
+
+
+def _numeric(z, name: str, path: str) -> np.ndarray:
+    """Array ``name`` of an .npz as float64; a one-line error for object, string, complex or boolean arrays."""
+    try:
+        a = z[name]
+    except Exception:  # an object array needs pickle, which a data file may not use
+        raise BrwsimError(
+            f"pool file {path!r}: array {name!r} is not a plain numeric array (object arrays are refused)"
+        ) from None
+    if a.dtype.kind not in "fiu":
+        raise BrwsimError(f"pool file {path!r}: array {name!r} has dtype {a.dtype}; it must hold real numbers")
+    return np.asarray(a, np.float64)
 
 
 def _check_rows(path: str, logp, entropy) -> bool:
@@ -153,6 +168,8 @@ def _check_rows(path: str, logp, entropy) -> bool:
     if np.any(np.isnan(logp)) or np.any(logp > 1e-6):
         raise BrwsimError(f"pool file {path!r}: probabilities must be in [0, 1] with no NaN")
     sums = np.exp(logp).sum(axis=1)
+    if np.any(sums <= 0):
+        raise BrwsimError(f"pool file {path!r}: row {int(np.argmin(sums))} has no positive probability")
     truncated = bool(np.any(np.abs(sums - 1) > PROB_TOL))
     if truncated and entropy is None:
         bad = int(np.argmax(np.abs(sums - 1)))
@@ -165,14 +182,24 @@ def _check_rows(path: str, logp, entropy) -> bool:
     return truncated
 
 
+def _check_moments(path: str, entropy, m2, n: int) -> None:
+    if entropy.shape != (n,) or m2.shape != (n,):
+        raise BrwsimError(f"pool file {path!r}: 'entropy' and 'm2' must have one value per row")
+    if not (np.all(np.isfinite(entropy)) and np.all(np.isfinite(m2))) or np.any(entropy < 0) or np.any(m2 < 0):
+        raise BrwsimError(f"pool file {path!r}: 'entropy' and 'm2' must be finite numbers >= 0")
+
+
 def load_pool(path: str) -> Pool:
     """Read an empirical pool (see :class:`Pool` for the format)."""
     logp, entropy, m2 = _read_rows(path, _read_file(path, "pool"))
     truncated = _check_rows(path, logp, entropy)
+    if truncated:  # top-K rows: no entry above probability 1
+        logp = np.minimum(logp, 0.0)
+    else:  # whole rows, exactly normalised (within 1e-6 before)
+        logp = logp - np.logaddexp.reduce(logp, axis=1, keepdims=True)
     if entropy is None:
         entropy, m2 = entropy_moments(logp)
-    if entropy.shape != (logp.shape[0],) or m2.shape != (logp.shape[0],):
-        raise BrwsimError(f"pool file {path!r}: 'entropy' and 'm2' must have one value per row")
+    _check_moments(path, entropy, m2, logp.shape[0])
     logp = -np.sort(-logp, axis=1)
     return Pool(
         logp=jnp.asarray(logp, jnp.float32),

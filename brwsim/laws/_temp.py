@@ -8,17 +8,21 @@ law must be i.i.d.). The synthetic counterpart of ``brwsim llm
 
 from __future__ import annotations
 
-import jax
+import jax.numpy as jnp
 
 from .._registry import data_field
 from .._spec import Spec, number
 from ..errors import BrwsimError
-from ._base import Law, parse_law, register
+from ._base import Law, log_normalize, parse_law, register, scale_logits
 
 
 @register("temp")
 class Temp(Law):
-    """``law`` with every node's distribution p replaced by p^(1/T) / sum p^(1/T)."""
+    """``law`` with every node's distribution p replaced by p^(1/T) / sum p^(1/T).
+
+    Any finite T > 0 works: a T so small that 1/T overflows float32 gives the
+    point mass on the most likely token, a T so large that 1/T underflows the
+    uniform law on the support."""
 
     law: Law = data_field(default=None)
     T: float = 1.0
@@ -45,7 +49,8 @@ class Temp(Law):
         return self.law.vocab
 
     def full_logp(self, key, state):
-        return jax.nn.log_softmax(self.law.full_logp(key, state) / self.T)
+        lp = self.law.full_logp(key, state)
+        return log_normalize(scale_logits(lp - jnp.max(lp), 1.0 / self.T))
 
     @property
     def deterministic(self) -> bool:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._moments import entropy_moments
 from .._spec import Spec, number
-from ._base import Law, register
+from ._base import Law, log_normalize, register, scale_logits, vocab_size
 from ._fixed import cdf_step, cdf_tables
+
+S_SD_MAX = 1e30  # s_sd * N(0, 1) stays finite in float32
 
 
 @register("zipf")
@@ -29,8 +33,8 @@ class Zipf(Law):
 
     @classmethod
     def from_spec(cls, spec: Spec) -> Zipf:
-        s_sd = number(spec, "s_sd", lo=0, default="0") if "s_sd" in spec.params else 0.0
-        return cls(V=number(spec, "V", integer=True, lo=1), s=number(spec, "s", lo=0, lo_open=True), s_sd=s_sd)
+        s_sd = number(spec, "s_sd", lo=0, hi=S_SD_MAX, default="0") if "s_sd" in spec.params else 0.0
+        return cls(V=vocab_size(spec), s=number(spec, "s", lo=0, lo_open=True), s_sd=s_sd)
 
     def spec(self) -> str:
         extra = f",s_sd={self.s_sd:g}" if self.s_sd else ""
@@ -42,10 +46,9 @@ class Zipf(Law):
 
     def full_logp(self, key, state):
         s = self.s
-        if self.s_sd > 0:
-            s = s * jnp.exp(self.s_sd * jax.random.normal(key, ()))
-        z = -s * jnp.log(jnp.arange(1, self.V + 1, dtype=jnp.float32))
-        return z - jax.nn.logsumexp(z)
+        if self.s_sd > 0:  # in log space: no s * inf or 0 * inf, whatever the draw
+            s = jnp.exp(math.log(self.s) + self.s_sd * jax.random.normal(key, ()))
+        return log_normalize(scale_logits(-jnp.log(jnp.arange(1, self.V + 1, dtype=jnp.float32)), s))
 
     def node_logp(self, key, state, K: int):
         # already sorted: no top_k needed
@@ -64,7 +67,7 @@ class Zipf(Law):
         lz = -self.s * np.log(np.arange(1, self.V + 1, dtype=np.float64))
         lz -= np.logaddexp.reduce(lz)
         h, m2 = entropy_moments(lz)
-        return float(h), float(m2)
+        return float(h) + 0.0, float(m2)  # + 0.0: a zero entropy is 0.0, not -0.0
 
     def spine_tables(self) -> dict:
         return cdf_tables(self) if self.deterministic else {}

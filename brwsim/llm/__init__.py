@@ -4,12 +4,19 @@ Importing this package needs only numpy: the Hugging Face source loads torch
 and transformers when a model is opened, and says what to install when they
 are missing (``pip install -e '.[llm]'``).
 
-- :mod:`brwsim.llm.source`: the logits-source protocol, saved-logits files.
-- :mod:`brwsim.llm.hf`: transformers causal LMs (KV-cache reuse, batched tree passes).
-- :mod:`brwsim.llm.models`: ``smollm2-135m``, ``gemma3-270m``, paths.
-- :mod:`brwsim.llm.prompts`: ``humaneval``, ``pydoc`` (prose), JSON-lines files.
-- :mod:`brwsim.llm.measure`: walks, mu/mu_2, the real oracle tree, the i.i.d.
-  surrogate pool, the bounds.
+One concept per subpackage, as :mod:`brwsim.laws` and :mod:`brwsim.drafters`:
+
+- :mod:`brwsim.llm.sources`: the logits-source interface and its
+  implementations (transformers/GGUF, saved-logits files, temperature), the
+  named models and the prompt sets.
+- :mod:`brwsim.llm.measure`: walks, mu/mu_2, the real oracle tree (the one
+  best-first search), the i.i.d. surrogate, the bounds.
+- :mod:`brwsim.llm.drafters`: real drafters, a registry of classes parsed by
+  the one SPEC parser; their trees, values, direct check and summaries.
+- :mod:`brwsim.llm.results`: the typed results (``to_dict()`` is the JSON).
+- :mod:`brwsim.llm.run`: :class:`RunOptions` and :func:`run_llm`, the one pipeline.
+
+The timing of a verification pass lives in :mod:`brwsim.speedup`.
 """
 
 from __future__ import annotations

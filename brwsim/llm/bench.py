@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from .models import load_source
-from .prompts import humaneval
+from .sources import load_source
+from .sources._prompts import humaneval
 
 
 def _median_time(fn, repeat: int) -> float:

@@ -8,6 +8,7 @@ from functools import cache, partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import core as _jax_core
 from jax.sharding import PartitionSpec
 
 from .._devices import TREES_AXIS, available_memory, mesh, place_batch, split_over
@@ -16,6 +17,7 @@ from ..errors import BrwsimError
 from ..laws import Law
 from ..tree import DraftTree
 from . import _frontier as frontier
+from . import _native
 from ._kernel import oracle_kernel, scratch_arrays
 from ._records import KEY
 
@@ -112,10 +114,17 @@ def _sharded_kernel(devices: tuple, P: int, K: int, Kc: int, shape: frontier.Sha
 
 def _is_traced(tree_keys) -> bool:
     """Inside a jit/vmap (even with concrete keys: jnp ops are staged there)."""
-    return isinstance(tree_keys, jax.core.Tracer) or isinstance(jnp.zeros(()), jax.core.Tracer)
+    if isinstance(tree_keys, jax.core.Tracer):
+        return True
+    try:  # no trace active: cheap (a staged jnp op below costs ~0.1 ms a call)
+        return not _jax_core.trace_state_clean()
+    except AttributeError:  # pragma: no cover - other JAX internals
+        return isinstance(jnp.zeros(()), jax.core.Tracer)
 
 
-def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None) -> DraftTree:
+def oracle_batch(
+    law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = None, devices=None, kernel: str | None = None
+) -> DraftTree:
     """Oracle trees T*_P for a batch of tree keys (``tree_keys``: key array [B]).
 
     Exactly the trees of :func:`oracle_one` (same nodes, order and tie-breaks),
@@ -131,12 +140,22 @@ def oracle_batch(law: Law, tree_keys, P: int, K: int, *, K_keep: int | None = No
     ``devices`` (a list of devices, see :func:`brwsim.resolve_devices`): split
     the batch evenly over them (``B`` must be a multiple of their number);
     every tree is computed by the same program, so the trees are those of one device.
+
+    ``kernel``: ``"auto"`` (the native CPU kernel, :mod:`._native`, for the laws
+    it serves on CPU devices, else the JAX kernel), ``"jax"`` or ``"native"``;
+    None (default): the choice of :func:`kernel_choice`, else auto. Every
+    choice gives the same trees bit for bit.
     """
     P, K = int(P), int(K)
     if P < 1 or K < 1:
         raise BrwsimError(f"oracle needs P >= 1 and K >= 1, got P={P}, K={K}")
     traced = _is_traced(tree_keys)
     n_dev = len(devices) if devices is not None and not traced else 1
+    if _native.use_native(law, tree_keys, kernel, devices):
+        devs = tuple(devices) if devices is not None and len(devices) > 1 and not traced else None
+        if devs:
+            tree_keys = place_batch(devs, tree_keys)
+        return _native.run_native(law, tree_keys, P, K, devs)[0]
     if not (law.indexed or traced) and tree_keys.shape[0] == n_dev:
         # With one tree per device XLA copies a drawn law's node table at every step (measured: 13x
         # slower at P = 16384 than two trees); run each tree twice and keep one copy.

@@ -8,7 +8,9 @@ table (docs/speedup.md).
 - :class:`VerifyCost` (the interface), :class:`TableCost` (measured or a CSV),
   :class:`RooflineCost`, :class:`AchievedRooflineCost` (this CPU's measured kernel FLOP/s per shape);
   :class:`DraftCost` (zero for the oracle).
-- :func:`verify_cost`: a ``--hardware`` name -> a cost model.
+- :func:`verify_cost`: a ``--hardware`` name -> a cost model; :func:`measure_draft_cost`: a real drafter's pass
+  timed here.
+- :mod:`._timing`: wall-clock timing of a verification pass (device-synchronised) and of this machine's peaks.
 - :func:`speedup_table`, :func:`from_simulation`, :func:`from_llm` -> :class:`SpeedupTable` (rows, ``best``).
 """
 
@@ -23,7 +25,8 @@ from ._costs import (
     read_cost_csv,
 )
 from ._hardware import MODEL_PRESETS, PRESETS, Hardware, ModelShape, model_shape, parse_custom, preset, shape_of_hf
-from ._sources import DEFAULT_P, cpu_achieved, cpu_roofline, measure_cost, verify_cost
+from ._names import MEASURED, drafter_names, hardware_names, model_names, prompt_names, target_names
+from ._sources import DEFAULT_P, cpu_achieved, cpu_roofline, measure_cost, measure_draft_cost, verify_cost
 from ._speedup import (
     MEANING,
     SpeedupRow,
@@ -31,10 +34,17 @@ from ._speedup import (
     drafter_pass_cost,
     from_llm,
     from_simulation,
+    modelled_draft_cost,
     speedup_table,
 )
 
 __all__ = [
+    "MEASURED",
+    "drafter_names",
+    "hardware_names",
+    "model_names",
+    "prompt_names",
+    "target_names",
     "DEFAULT_P",
     "MEANING",
     "MODEL_PRESETS",
@@ -55,6 +65,8 @@ __all__ = [
     "from_llm",
     "from_simulation",
     "measure_cost",
+    "measure_draft_cost",
+    "modelled_draft_cost",
     "measured_cost",
     "model_shape",
     "parse_custom",

@@ -214,7 +214,7 @@ class AchievedRooflineCost(VerifyCost):
     the rest of the pass (framework, norms, activations) costs ``rest[n]`` where measured (linearly interpolated
     between row counts), else ``overhead + per_token n``. Bytes and FLOPs come
     from the model's shape, as in :class:`RooflineCost`; the FLOP/s is not a peak but what the kernel reaches at
-    that shape with its operands in cache (measured: :func:`brwsim.llm.timing.gemm_throughput`,
+    that shape with its operands in cache (measured: :func:`brwsim.speedup._timing.gemm_throughput`,
     ``attention_throughput``), linearly interpolated between measured row counts. ``overlap=False`` adds the
     memory and compute times instead of taking their maximum (a kernel that reads its weights, then computes:
     no overlap; what a one-thread CPU matrix product with few rows does, measured in docs/speedup.md).

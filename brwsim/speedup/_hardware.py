@@ -9,6 +9,7 @@ attention FLOPs its layers, KV heads, head size and attention width.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ..errors import BrwsimError
 
@@ -51,8 +52,10 @@ def parse_custom(text: str) -> Hardware:
             raise BrwsimError(f"bad hardware {text!r}: {k}={v!r} is not a number") from None
     if "bw" not in vals or "flops" not in vals:
         raise BrwsimError(f"bad hardware {text!r}: custom needs both bw= (bytes/s) and flops= (FLOP/s)")
-    if vals["bw"] <= 0 or vals["flops"] <= 0 or vals.get("overhead", 0.0) < 0:
-        raise BrwsimError(f"bad hardware {text!r}: bw and flops must be > 0 and overhead >= 0")
+    for k, v in vals.items():
+        if not math.isfinite(v) or v < 0 or (v == 0 and k != "overhead"):
+            need = "a finite number >= 0" if k == "overhead" else "a finite number > 0"
+            raise BrwsimError(f"bad hardware {text!r}: {k} must be {need}, got {v:g}")
     return Hardware("custom", vals["bw"], vals["flops"], vals.get("overhead", 0.0), "user")
 
 
@@ -98,7 +101,7 @@ def model_shape(name: str | None = None, params: float | None = None) -> ModelSh
     parameter count replaced."""
     if name is not None and name not in MODEL_PRESETS:
         raise BrwsimError(f"unknown target model shape {name!r}; use one of {', '.join(MODEL_PRESETS)} or --params N")
-    if params is not None and not (params > 0):
+    if params is not None and not (0 < params < math.inf):
         raise BrwsimError(f"--params must be a positive parameter count, e.g. 8e9; got {params!r}")
     if name is None:
         if params is None:

@@ -1,8 +1,8 @@
 """``--hardware`` names -> verifier cost models: presets, ``custom:``, ``csv:FILE``, ``cpu-measured``, ``cpu-roofline``.
 
 ``cpu-measured`` times the real model's tree-verification pass here
-(:func:`brwsim.llm.timing.verify_times`); ``cpu-roofline`` measures this
-machine's bandwidth and FLOP/s (:func:`brwsim.llm.timing.machine_peaks`) and
+(:func:`brwsim.speedup._timing.verify_times`); ``cpu-roofline`` measures this
+machine's bandwidth and FLOP/s (:func:`brwsim.speedup._timing.machine_peaks`) and
 feeds them to the roofline with the real model's own shape; ``cpu-achieved`` is
 the achieved roofline (:func:`cpu_achieved`): the same bytes and FLOPs, but
 each matrix product at the FLOP/s this machine's kernel reaches at that shape
@@ -12,13 +12,18 @@ and row count, plus the measured rest of the pass.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 
 import numpy as np
 
 from ..errors import BrwsimError, check_positive_int
-from ..llm.models import load_source
-from ..llm.timing import (
+from ..llm.sources import TransformersModel, load_source
+from ._costs import AchievedRooflineCost, DraftCost, RooflineCost, VerifyCost, measured_cost, read_cost_csv
+from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
+from ._names import MEASURED, hardware_names
+from ._timing import (
+    Peaks,
     attention_throughput,
     gemm_throughput,
     linear_shapes,
@@ -26,29 +31,38 @@ from ..llm.timing import (
     stubbed_kernels,
     verify_times,
 )
-from ._costs import AchievedRooflineCost, RooflineCost, VerifyCost, measured_cost, read_cost_csv
-from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
-MEASURED = ("cpu-measured", "cpu-roofline", "cpu-achieved")
 
 
 def measure_cost(source, P_list, context: int = 256, repeats: int = 5) -> VerifyCost:
     """The measured t_verify of a loaded real model at each budget (and P = 0) on this machine."""
     times = verify_times(source, P_list, context=context, repeats=repeats)
-    return measured_cost(times, f"measured: {getattr(source, 'name', 'model')}, L={context}, {repeats} repeats")
+    return measured_cost(times, f"measured: {source.name}, L={context}, {repeats} repeats")
 
 
-def cpu_roofline(source, context: int = 256, overhead: float = 0.0, peaks: dict | None = None) -> RooflineCost:
+def measure_draft_cost(drafter, context: int = 256, repeats: int = 5) -> DraftCost | None:
+    """A real drafter's measured cost on this machine: one pass of its own model (a decoding step after
+    ``context`` tokens, timed as :func:`verify_times` at P = 0), one pass per drafted token; None when the drafter
+    has no model of its own to time (a proposer, a head)."""
+    src = drafter.timing_source()
+    if src is None:
+        return None
+    t = statistics.median(verify_times(src, [], context=context, repeats=repeats)[0])
+    label = f"{drafter.name}: {1e3 * t:.3f} ms per pass measured here, one pass per drafted token"
+    return DraftCost(t, "P", label, "measured")
+
+
+def cpu_roofline(source, context: int = 256, overhead: float = 0.0, peaks: Peaks | None = None) -> RooflineCost:
     """The roofline of a loaded real model with this machine's measured bandwidth and FLOP/s."""
     peaks = peaks or machine_peaks()
-    hw = Hardware("this machine", peaks["bandwidth"], peaks["flops"], overhead, f"measured here: {peaks}")
+    hw = Hardware("this machine", peaks.bandwidth, peaks.flops, overhead, f"measured here: {peaks.to_dict()}")
     bpp = float(next(source.model.parameters()).element_size())
-    return RooflineCost(hw, shape_of_hf(source.model, getattr(source, "name", "model")), bpp, context)
+    return RooflineCost(hw, shape_of_hf(source.model, source.name), bpp, context)
 
 
 def rest_of_pass(source, P_list, context: int = 256, repeats: int = 3) -> tuple[float, float, dict]:
-    """The pass without its matrix products and attention (:class:`brwsim.llm.timing.stubbed_kernels`), timed at
+    """The pass without its matrix products and attention (:class:`brwsim.speedup._timing.stubbed_kernels`), timed at
     each P: the least-squares line ``overhead + per_token (P + 1)`` through the medians, and the medians."""
     with stubbed_kernels():
         times = verify_times(source, P_list, context=context, repeats=repeats)
@@ -60,7 +74,7 @@ def rest_of_pass(source, P_list, context: int = 256, repeats: int = 3) -> tuple[
 
 
 def cpu_achieved(
-    source, P_list, context: int = 256, repeats: int = 3, peaks: dict | None = None, overlap: bool = False
+    source, P_list, context: int = 256, repeats: int = 3, peaks: Peaks | None = None, overlap: bool = False
 ):
     """The achieved roofline (:class:`AchievedRooflineCost`) of a loaded real model on this machine: the copy
     bandwidth, each weight shape's and the attention's achieved FLOP/s at ``P + 1`` rows for every P of ``P_list``
@@ -70,13 +84,13 @@ def cpu_achieved(
     peaks = peaks or machine_peaks()
     Ps = sorted({0, *(int(P) for P in P_list)})
     rows = [P + 1 for P in Ps]
-    shape = shape_of_hf(source.model, getattr(source, "name", "model"))
+    shape = shape_of_hf(source.model, source.name)
     gemms = tuple(linear_shapes(source.model))
     gf = gemm_throughput(gemms, rows, repeats=repeats)
     heads = shape.attn_dim // shape.head_dim
     af = attention_throughput(heads, shape.head_dim, context, rows, repeats=repeats)
     over, per_tok, rest = rest_of_pass(source, Ps, context=context, repeats=repeats)
-    hw = Hardware("this machine", peaks["bandwidth"], peaks["flops"], over, f"measured here: {peaks}")
+    hw = Hardware("this machine", peaks.bandwidth, peaks.flops, over, f"measured here: {peaks.to_dict()}")
     bpp = float(next(source.model.parameters()).element_size())
     rest_rows = {P + 1: t for P, t in rest.items()}
     return AchievedRooflineCost(hw, shape, gemms, gf, af, bpp, context, per_tok, overlap, rest_rows)
@@ -101,11 +115,13 @@ def verify_cost(
     and/or ``params``, else from the loaded real model ``source``.
     """
     if not isinstance(hardware, str) or not hardware.strip():
-        raise BrwsimError("--hardware is empty; use h100, h200, a100, l4, cpu-measured, csv:FILE or custom:...")
+        raise BrwsimError(f"--hardware is empty; use {hardware_names()}")
     hardware = hardware.strip()
     context, repeats = check_positive_int("--context", context), check_positive_int("--repeats", repeats)
-    if not bytes_per_param > 0 or (overhead is not None and not overhead >= 0):
-        raise BrwsimError(f"--bytes-per-param must be > 0 and --overhead >= 0; got {bytes_per_param}, {overhead}")
+    if not 0 < bytes_per_param < math.inf or (overhead is not None and not 0 <= overhead < math.inf):
+        raise BrwsimError(
+            f"--bytes-per-param must be > 0 and --overhead >= 0, both finite numbers; got {bytes_per_param}, {overhead}"
+        )
     if hardware.startswith("csv:"):
         return read_cost_csv(hardware[4:])
     if hardware in MEASURED:
@@ -119,8 +135,8 @@ def verify_cost(
     hw = parse_custom(hardware) if hardware.startswith("custom") else preset(hardware.lower())
     if overhead is not None:
         hw = dataclasses.replace(hw, overhead=float(overhead))
-    if target is None and params is None and source is not None and hasattr(source, "model"):
-        shape = shape_of_hf(source.model, getattr(source, "name", "model"))
+    if target is None and params is None and isinstance(source, TransformersModel):
+        shape = shape_of_hf(source.model, source.name)
     else:
         shape = model_shape(target, params)
     return RooflineCost(hw, shape, float(bytes_per_param), int(context))

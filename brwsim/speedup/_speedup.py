@@ -1,7 +1,7 @@
 """speedup(P) = (E[X](P) + 1) t_verify(0) / (t_verify(P) + t_draft(P)), its CI, and the best budget.
 
 E[X](P) comes from a Monte Carlo run (:class:`brwsim.SimulationResult`) or a
-real-model run (the dict of :func:`brwsim.llm.run.run_llm`); the 95% CI of the
+real-model run (a :class:`brwsim.llm.results.RunResult`); the 95% CI of the
 speedup is E[X]'s CI times the same time ratio (the times are taken as exact:
 their measured spread is reported beside, not folded in).
 """
@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from .._stats import CONVENTION
 from ..errors import BrwsimError
 from ..estimate import SimulationResult
+from ..llm.results import DrafterResult, RunResult
 from ._costs import ORACLE, DraftCost, VerifyCost
 
 MEANING = (
@@ -115,22 +116,29 @@ def drafter_pass_cost(cost: VerifyCost, k: int, layers: int) -> DraftCost:
     return DraftCost(cost.t_verify(0) * k / layers, "P", f"early exit k={k} of {layers} layers", "modelled")
 
 
-def from_llm(d: dict, cost: VerifyCost, task: str | None = None) -> list[SpeedupTable]:
-    """Speedup tables of a real-model run (:func:`brwsim.llm.run.run_llm`'s dict): the oracle of each task and, when
-    the run had a drafter, its top-P-by-Q and chain trees at each exit layer k (draft cost from
-    :func:`drafter_pass_cost`)."""
-    tasks = [t for t in d.get("tasks", []) if task is None or t["task"] == task]
-    if not tasks:
-        known = ", ".join(t["task"] for t in d.get("tasks", [])) or "none"
-        raise BrwsimError(f"the real-model result has no task {task!r} (tasks: {known})")
+def modelled_draft_cost(cost: VerifyCost, d: DrafterResult) -> DraftCost:
+    """A real drafter's cost modelled from its size: one pass costs ``d.draft_fraction`` of a plain decoding step
+    (layers kept / layers, bits / 32, ...; zero for a proposer), one pass per drafted token."""
+    if d.draft_fraction is None:
+        return DraftCost(0.0, "P", f"{d.name}: unknown (not counted)", "none")
+    if d.draft_fraction == 0:
+        return DraftCost(0.0, "P", f"{d.name}: no model pass (proposals from the context)", "none")
+    label = f"{d.name}: {d.draft_fraction:.3g} of a decoding step per pass, one pass per drafted token"
+    return DraftCost(cost.t_verify(0) * d.draft_fraction, "P", label, "modelled")
+
+
+def from_llm(run: RunResult, cost: VerifyCost, task: str | None = None, draft_costs=None) -> list[SpeedupTable]:
+    """Speedup tables of a real-model run (a :class:`brwsim.llm.results.RunResult`): per task, the oracle (the speed
+    of light) and every real drafter's best tree at each P, with its draft cost: ``draft_costs[name]`` when given
+    (measured here), else :func:`modelled_draft_cost`."""
     out = []
-    for t in tasks:
-        src = f"{d.get('model', 'model')}/{t['task']} ({t.get('prompts', '?')} prompts)"
-        out.append(speedup_table([(r["P"], r["mean"], r["ci95"]) for r in t["results"]], cost, source=src))
-        dr = t.get("drafter") or {}
-        for e in dr.get("per_k", []):
-            draft = drafter_pass_cost(cost, e["k"], dr["layers"])
-            for kind in ("topq", "chain"):
-                ex = [(r["P"], r[kind], r[kind + "_ci95"]) for r in e["results"]]
-                out.append(speedup_table(ex, cost, draft, drafter=f"{kind} k={e['k']}", source=src))
+    for t in run.task(task):
+        src = f"{run.model}/{t.task} ({t.prompts} prompts)"
+        out.append(speedup_table(t.ex(), cost, source=src))
+        for d in t.drafters:
+            draft = (draft_costs or {}).get(d.name) or modelled_draft_cost(cost, d)
+            ex = d.ex()
+            if ex:
+                best = "/".join(dict.fromkeys(r.best_builder for r in d.rows if r.best_builder))
+                out.append(speedup_table(ex, cost, draft, drafter=f"{d.name} ({best})", source=src))
     return out

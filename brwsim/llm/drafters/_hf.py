@@ -1,0 +1,122 @@
+"""Draft models made from a transformers target: the shared base and the model surgery (layers, weights)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+from ...errors import BrwsimError
+from ..sources import TransformersModel
+from ..sources._hf import HFSource, _torch
+from ._base import DraftModel
+
+
+class HFDraftModel(DraftModel):
+    """A draft model over a transformers model (its own :class:`HFSource`): tree rows on its own KV cache.
+    Subclasses make the model from the target's (a layer subset, a rounded copy, another directory)."""
+
+    needs = (TransformersModel,)
+
+    def __init__(self, src, name: str, info: dict | None = None, fraction: float | None = None):
+        self.src, self.name, self.info, self.fraction = src, name, dict(info or {}), fraction
+
+    def context(self, prompt_ids: Sequence[int]) -> HFDraftContext:
+        return HFDraftContext(self.src, prompt_ids)
+
+    def cost_fraction(self) -> float | None:
+        return self.fraction
+
+    def timing_source(self):
+        return self.src
+
+
+class HFDraftContext:
+    def __init__(self, src: HFSource, prompt_ids):
+        self.src = src
+        self._calls0 = src.forward_calls
+        self.inner = src.open(prompt_ids)
+
+    @property
+    def passes(self) -> int:
+        return self.src.forward_calls - self._calls0
+
+    def logprobs(self, prefixes):
+        return self.inner.logprobs(prefixes)
+
+
+def _share_weights_copy(model):
+    """A structural copy of ``model`` whose parameters and buffers are the original tensors (no new memory)."""
+    memo = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    return copy.deepcopy(model, memo)
+
+
+def layer_subset(model, keep: Sequence[int]):
+    """The model with only decoder layers ``keep`` (0-based), weights shared; the KV cache is renumbered."""
+    torch = _torch()
+    m = _share_weights_copy(model)
+    inner = getattr(m, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise BrwsimError(f"layer skipping needs a decoder-only model (model.layers); {type(model).__name__} has not")
+    kept = [layers[i] for i in keep]
+    for new, layer in enumerate(kept):
+        attn = getattr(layer, "self_attn", None)
+        if attn is not None and hasattr(attn, "layer_idx"):
+            attn.layer_idx = new
+    inner.layers = torch.nn.ModuleList(kept)
+    m.config.num_hidden_layers = len(kept)
+    types = getattr(m.config, "layer_types", None)
+    if types:
+        m.config.layer_types = [types[i] for i in keep]
+    return m
+
+
+def n_layers(model) -> int:
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise BrwsimError(f"this drafter needs a decoder-only model with model.layers; {type(model).__name__} has not")
+    return len(layers)
+
+
+def quantize_weights(model, bits: int):
+    """A copy of the model with every 2-D weight rounded to ``bits`` bits, symmetric, one scale per row."""
+    torch = _torch()
+    m = copy.deepcopy(model)
+    qmax = 2 ** (bits - 1) - 1
+    with torch.no_grad():
+        for _, p in m.named_parameters():
+            if p.ndim == 2:
+                w = p.float()
+                scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / qmax
+                p.copy_((torch.round(w / scale).clamp(-qmax, qmax) * scale).to(p.dtype))
+    return m
+
+
+def sub_source(target, model, name: str):
+    s = HFSource(model, target.tokenizer, name=name, device=target.device, max_prompt_tokens=target.max_prompt_tokens)
+    return s
+
+
+def check_same_tokenizer(target, tok, vocab_size: int, where: str) -> None:
+    """One-line error unless ``tok`` maps every token string to the same id as the target's tokenizer."""
+    if vocab_size != target.vocab_size:
+        raise BrwsimError(
+            f"{where}: its LM head has {vocab_size} tokens but the target's has {target.vocab_size}; "
+            "a drafter must share the target's tokenizer"
+        )
+    tv = target.tokenizer.get_vocab() if target.tokenizer is not None else None
+    dv = tok.get_vocab() if tok is not None else None
+    if tv != dv:
+        diff = "no tokenizer" if dv is None or tv is None else f"{len(set(tv.items()) ^ set(dv.items()))} entries"
+        raise BrwsimError(f"{where}: its tokenizer does not match the target's ({diff} differ); use the same family")
+
+
+def range_text(layers: Sequence[int]) -> str:
+    out, start = [], None
+    for i, x in enumerate(layers):
+        if start is None:
+            start = x
+        if i + 1 == len(layers) or layers[i + 1] != x + 1:
+            out.append(f"{start}-{x}" if x != start else f"{x}")
+            start = None
+    return "/".join(out)

@@ -1,0 +1,339 @@
+"""Real drafters on the real token tree: tree builders, values, the direct check (docs/drafters.md, "Real drafters").
+
+Per prompt (:func:`measure_prompt_drafters`), with the target and every
+drafter at temperature T:
+
+- the target's walks and the real oracle tree T*_P (as :mod:`brwsim.llm.measure`);
+  along the walks, each drafter's cross-entropy, KL, TV, top-1 agreement,
+  and the q-surprisal ``xi_q = -log q(Y_d)`` of every sampled token
+  (for the imperfect-knowledge bound, docs/theory.md);
+- per model drafter, trees chosen from its q alone: ``topq`` (exact
+  best-first search by the drafter's path probability Q(v)), ``chain``
+  (greedy by q), ``eagle`` (EAGLE-2/3's dynamic tree: top_k, depth,
+  total_tokens = P) and ``sequoia`` (Sequoia's static tree from positional
+  acceptance rates measured on held-out text); per proposer (``lookup``)
+  its tree and its chain;
+- the value of a tree = sum over its nodes of the target's path probability
+  P(v) (docs/theory.md), at every P <= P_max for the nested builders;
+- the direct check: real speculative decoding of one call (sample the
+  target at T with its ordinary KV cache, accept the longest drafted path
+  that matches) ``samples`` times; its mean accepted length must equal the
+  tree's value up to Monte Carlo error.
+
+X counts accepted draft tokens per verifier call (tokens per call = X + 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...drafters import sequoia_dp
+from ..measure import PromptResult, oracle_tree, prompt_rng, row_stats, sample_rows, sample_walks
+from ..sources import Context, Prompt, TempSource, Walker, temper
+from ._base import Drafter
+from ._calibrate import row_divergences
+
+BUILDERS = ("topq", "chain", "eagle", "sequoia")
+PROPOSER_BUILDERS = ("lookup_tree", "lookup_chain")
+EAGLE_TOP_K, EAGLE_DEPTH = 10, 7
+
+
+class DraftView(Context):
+    """A draft context seen as a :class:`Context` at temperature T (rows cached as top-K lists for the builders)."""
+
+    def __init__(self, dctx, T: float = 1.0, K: int = 128):
+        self.dctx, self.T, self.K = dctx, float(T), K
+        self.root = temper(dctx.logprobs([()])[0], self.T)
+        self._tops: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def logprobs(self, prefixes):
+        return temper(self.dctx.logprobs([tuple(p) for p in prefixes]), self.T)
+
+    def tops(self, prefixes) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(token ids, log q) of each prefix's K most likely children, by decreasing q."""
+        need = [p for p in dict.fromkeys(tuple(p) for p in prefixes) if p not in self._tops]
+        if need:
+            ids, vals, _, _ = row_stats(self.logprobs(need), self.K)
+            for j, p in enumerate(need):
+                self._tops[p] = (ids[j], vals[j].astype(np.float64))
+        return [self._tops[tuple(p)] for p in prefixes]
+
+
+# ---------------------------------------------------------------------------
+# builders (each returns the tree's nodes as token paths, parents first; the first P are the tree at P)
+
+
+def chain_nodes(view: DraftView, P: int, eos=frozenset()) -> list[tuple[int, ...]]:
+    """The drafter's greedy path of P tokens (shorter if it ends in an end token)."""
+    out, tip = [], ()
+    for _ in range(P):
+        if tip and tip[-1] in eos:
+            break
+        tip = tip + (int(view.tops([tip])[0][0][0]),)
+        out.append(tip)
+    return out
+
+
+def topq_nodes(view: DraftView, P: int, batch: int = 4, eos=frozenset()) -> tuple[list, np.ndarray]:
+    """Top-P-by-Q: exact best-first search on the drafter's q; (nodes, their log Q)."""
+    o = oracle_tree(view, P, batch=batch, eos=eos)
+    return [tuple(p) for p in o.prefixes], o.logP[: len(o.prefixes)]
+
+
+def eagle_nodes(view: DraftView, P: int, top_k: int = EAGLE_TOP_K, depth: int = EAGLE_DEPTH, eos=frozenset()):
+    """EAGLE-2's ``topK_genrate`` on the real tree: a beam of ``top_k`` nodes by cumulative log q expanded
+    ``depth`` times into ``top_k`` children each; the best P candidates by score (ties shallow first)."""
+    cands = []  # (-score, depth, path)
+    ids, vals = view.tops([()])[0]
+    frontier = [(float(vals[i]), (int(ids[i]),)) for i in range(min(top_k, len(ids))) if np.isfinite(vals[i])]
+    cands += [(-s, 1, p) for s, p in frontier]
+    for d in range(depth):
+        live = [(s, p) for s, p in frontier if p[-1] not in eos]
+        if not live:
+            break
+        new = []
+        for (s, p), (ci, cv) in zip(live, view.tops([p for _, p in live]), strict=True):
+            new += [(s + float(cv[i]), p + (int(ci[i]),)) for i in range(min(top_k, len(ci))) if np.isfinite(cv[i])]
+        cands += [(-s, d + 2, p) for s, p in new]
+        frontier = sorted(new, key=lambda x: -x[0])[:top_k]
+    cands.sort()
+    return [p for _, _, p in cands[:P]]
+
+
+def realize_rank_paths(view: DraftView, paths: Sequence[tuple[int, ...]], eos=frozenset()) -> list[tuple[int, ...]]:
+    """Token paths of drafter-rank paths (rank 0 = the drafter's top child), parents first; paths below an
+    end token, or past the drafter's K ranks, are dropped."""
+    tok: dict[tuple[int, ...], tuple[int, ...]] = {(): ()}
+    for depth in sorted({len(r) for r in paths}):
+        level = [r for r in paths if len(r) == depth and r[:-1] in tok]
+        parents = [tok[r[:-1]] for r in level]
+        for r, par, (ci, _) in zip(level, parents, view.tops(parents), strict=True):
+            if (par and par[-1] in eos) or r[-1] >= len(ci):
+                continue
+            tok[r] = par + (int(ci[r[-1]]),)
+    return [tok[r] for r in paths if r in tok]
+
+
+def sequoia_nodes(view: DraftView, rates, P: int, eos=frozenset()) -> list[tuple[int, ...]]:
+    """Sequoia's best static tree of P nodes for positional acceptance rates ``rates`` (no depth limit)."""
+    return realize_rank_paths(view, sequoia_dp(np.asarray(rates)[:P], P, None)[1], eos)
+
+
+# ---------------------------------------------------------------------------
+# values and the direct check
+
+
+def target_logP(tctx: Context, nodes) -> np.ndarray:
+    """log P(v) under the target (its ancestors' rows) of each node."""
+    need = sorted({p[:d] for p in nodes for d in range(len(p))})
+    rows = dict(zip(need, tctx.logprobs(need), strict=True)) if need else {}
+    return np.array([sum(float(rows[p[:d]][p[d]]) for d in range(len(p))) for p in nodes])
+
+
+def prefix_values(tctx: Context, nodes, P_max: int) -> np.ndarray:
+    """E[X | prompt] of the first P nodes, P = 1..P_max (a smaller tree keeps its total)."""
+    v = np.cumsum(np.exp(target_logP(tctx, nodes))) if nodes else np.zeros(0)
+    if len(v) < P_max:
+        v = np.concatenate([v, np.full(P_max - len(v), v[-1] if len(v) else 0.0)])
+    return v[:P_max]
+
+
+def speculative_check(tctx: Context, nodes, samples: int, rng: np.random.Generator) -> np.ndarray:
+    """Accepted draft tokens of ``samples`` independent verifier calls on one drafted tree.
+
+    Each call samples the target's continuation token by token through an
+    ordinary (non-tree) KV cache and accepts while the continuation so far is
+    a node of the tree; returns X per call (float64 ``[samples]``).
+    """
+    tree = set(nodes)
+    X = np.zeros(samples)
+    if not tree:
+        return X
+    walker = tctx.walker(samples)
+    alive = np.arange(samples)
+    prefixes: list[tuple[int, ...]] = [() for _ in range(samples)]
+    rows = np.broadcast_to(tctx.root, (samples, tctx.root.shape[0]))
+    while True:
+        tok = sample_rows(rows, rng)
+        keep = [j for j in range(len(alive)) if prefixes[j] + (int(tok[j]),) in tree]
+        if not keep:
+            return X
+        X[alive[keep]] += 1
+        if len(keep) < len(alive):
+            walker.keep(keep)
+        alive = alive[keep]
+        prefixes = [prefixes[j] + (int(tok[j]),) for j in keep]
+        rows = walker.step([int(tok[j]) for j in keep])
+
+
+# ---------------------------------------------------------------------------
+# walks that also measure the drafters
+
+
+class _StatsContext(Context):
+    """The target's context whose walks record :func:`row_divergences` against every drafter view."""
+
+    def __init__(self, inner: Context, views: list):
+        self.inner, self.views = inner, views
+        self.root = inner.root
+        self.stats: list[list[np.ndarray]] = [[] for _ in views]
+
+    def logprobs(self, prefixes):
+        return self.inner.logprobs(prefixes)
+
+    def record(self, prefixes, rows) -> None:
+        for i, v in enumerate(self.views):
+            if v is not None:
+                self.stats[i].append(row_divergences(rows, v.logprobs(prefixes)))
+
+    def walker(self, n: int) -> Walker:
+        return _StatsWalker(self, n)
+
+
+class _StatsWalker(Walker):
+    def __init__(self, ctx: _StatsContext, n: int):
+        super().__init__(ctx, n)
+        self.inner = ctx.inner.walker(n)
+        ctx.record([()] * n, np.broadcast_to(ctx.root, (n, ctx.root.shape[0])))
+
+    def step(self, tokens):
+        rows = self.inner.step(tokens)
+        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
+        self.ctx.record(self.prefixes, rows)
+        return rows
+
+    def keep(self, rows):
+        self.inner.keep(rows)
+        self.prefixes = [self.prefixes[i] for i in rows]
+
+
+def q_surprisals(view: DraftView, tokens: list, depth: int) -> np.ndarray:
+    """``[walks, depth]``: -log q of every sampled token of the target's walks (NaN after a walk ends)."""
+    xq = np.full((len(tokens), depth), np.nan)
+    nodes = [(w, d, tuple(t[:d]), t[d]) for w, t in enumerate(tokens) for d in range(len(t))]
+    if nodes:
+        rows = view.logprobs([n[2] for n in nodes])
+        for (w, d, _, tok), row in zip(nodes, rows, strict=True):
+            xq[w, d] = -float(row[tok])
+    return xq
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptCheck:
+    """The direct check on one prompt: ``samples`` speculative calls on the ``builder``'s tree at budget ``P``; the
+    mean X, its exact standard error under the path probabilities (``se``) and the sample one, the tree's value."""
+
+    builder: str
+    P: int
+    samples: int
+    mean: float
+    se: float
+    value: float
+    sample_se: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class DraftedPrompt:
+    """One drafter on one prompt."""
+
+    name: str
+    values: dict  # builder -> [P_max] E[X | prompt]
+    walk_stats: np.ndarray | None  # [visited nodes, len(STATS)]
+    xi_q: np.ndarray | None  # [walks, depth] q-surprisals along the target's walks
+    s_P: np.ndarray | None  # [P_max] the top-Q tree's threshold -log Q of its P-th node
+    check: PromptCheck | None  # the direct check (None: not run)
+    passes: int  # drafter forward passes in this prompt's context
+
+
+@dataclasses.dataclass
+class DrafterSettings:
+    T: float = 1.0
+    walks: int = 16
+    depth: int = 48
+    seed: int = 0
+    batch: int = 4
+    check_samples: int = 200
+    check_P: int = 32
+    top_k: int = EAGLE_TOP_K
+    eagle_depth: int = EAGLE_DEPTH
+    heldout_tokens: int = 256  # held-out positions of each drafter's calibration
+
+
+def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, eos) -> tuple[dict, dict, np.ndarray]:
+    """(builder -> nodes at P_max, builder -> values, s_P) of one model drafter."""
+    topq, logQ = topq_nodes(view, P_max, st.batch, eos)
+    nodes = {
+        "topq": topq,
+        "chain": chain_nodes(view, P_max, eos),
+        "eagle": eagle_nodes(view, P_max, st.top_k, st.eagle_depth, eos),
+    }
+    values = {b: prefix_values(tctx, n, P_max) for b, n in nodes.items()}
+    if rates is not None:
+        seq = np.zeros(P_max)
+        for P in range(1, P_max + 1):
+            if P & (P - 1) == 0 or P == P_max:  # Sequoia's tree is not nested: powers of two (and P_max)
+                seq[P - 1] = prefix_values(tctx, sequoia_nodes(view, rates, P, eos), P)[-1]
+            else:
+                seq[P - 1] = np.nan
+        values["sequoia"] = seq
+        nodes["sequoia"] = sequoia_nodes(view, rates, min(st.check_P, P_max), eos)
+    s_P = np.full(P_max, np.inf)
+    s_P[: len(logQ)] = -logQ
+    return nodes, values, s_P
+
+
+def _checked(nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: int) -> PromptCheck:
+    """The direct check on the builder with the largest value at the check budget: ``se`` is the exact standard
+    error of the mean of X under the path probabilities (so ``z = (mean - value) / se`` tests the claim)."""
+    P = min(st.check_P, P_max)
+    best = max((b for b in nodes if np.isfinite(values[b][P - 1])), key=lambda b: values[b][P - 1])
+    tree = nodes[best][:P]
+    X = speculative_check(tctx, tree, st.check_samples, rng)
+    Pv = np.exp(target_logP(tctx, tree)) if tree else np.zeros(0)
+    value = float(Pv.sum())
+    # the exact variance of X under the path probabilities: X^2 = sum over accepted v of (2 depth(v) - 1)
+    var = float(np.sum(Pv * (2 * np.array([len(v) for v in tree]) - 1))) - value**2 if tree else 0.0
+    se = float(np.sqrt(max(var, 0.0) / len(X)))
+    sample_se = float(X.std(ddof=1) / np.sqrt(len(X))) if len(X) > 1 else float("nan")
+    return PromptCheck(best, P, len(X), float(X.mean()), se, value, sample_se)
+
+
+def measure_prompt_drafters(
+    target, drafters: list[Drafter], prompt: Prompt, P_max: int, st: DrafterSettings, rates: list | None = None
+) -> tuple[PromptResult, list[DraftedPrompt]]:
+    """Walks, the oracle and every drafter's trees, values, statistics and direct check on one prompt.
+
+    ``drafters``: draft models (a q) or proposers (paths only), told apart by their declared ``has_q``;
+    ``rates[i]``: drafter i's positional acceptance rates for Sequoia (None: no Sequoia tree).
+    """
+    t0 = time.perf_counter()
+    tsrc = TempSource(target, st.T) if st.T != 1.0 else target
+    ids = tsrc.encode(prompt.text)
+    tctx = tsrc.open(ids)
+    eos = target.eos_ids
+    views = [DraftView(d.context(ids), st.T) if d.has_q else None for d in drafters]
+    sctx = _StatsContext(tctx, views)
+    rng = prompt_rng(st.seed, prompt)
+    w = sample_walks(sctx, st.walks, st.depth, rng, P_max, eos) if st.walks > 0 else None
+    o = oracle_tree(tctx, P_max, batch=st.batch, eos=eos)
+    out = []
+    for i, (d, view) in enumerate(zip(drafters, views, strict=True)):
+        if view is None:
+            nodes = {"lookup_tree": d.tree(ids, P_max), "lookup_chain": d.chain(ids, P_max)}
+            values = {b: prefix_values(tctx, n, P_max) for b, n in nodes.items()}
+            s_P = xq = stats = None
+        else:
+            nodes, values, s_P = _model_trees(view, tctx, P_max, rates[i] if rates else None, st, eos)
+            xq = q_surprisals(view, w.tokens, st.depth) if w is not None else None
+            stats = np.concatenate(sctx.stats[i]) if sctx.stats[i] else None
+        check = _checked(nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else None
+        passes = int(view.dctx.passes) if view is not None else 0
+        out.append(DraftedPrompt(d.name, values, stats, xq, s_P, check, passes))
+    return PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0), out

@@ -1,0 +1,90 @@
+"""Training text that ships offline: the Python standard library's own source and docstrings.
+
+Every ``.py`` file under ``sysconfig.get_paths()["stdlib"]`` except installed
+third-party packages (``site-packages``, ``dist-packages``), test suites
+(``test``, ``tests``, ``idle_test``) and ``pydoc_data`` (the prose prompts of
+:func:`brwsim.llm.prompts.pydoc` are drawn from it). HumanEval is not in the
+standard library. Files are split by a hash of their relative path: one in
+:data:`HELDOUT_EVERY` is held out. Each side's file list is shuffled with the
+seed; windows of ``seq_len`` consecutive tokens are taken in that order (at
+most ``chunks_per_file`` per file, evenly spaced through the file's first
+``12 * seq_len * chunks_per_file`` characters), so only the files used, and
+only that much of each, are tokenized.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+
+from ....errors import BrwsimError
+
+EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "pydoc_data", "__pycache__"})
+HELDOUT_EVERY = 10
+CHARS_PER_TOKEN = 6
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_files(root: Path | None = None) -> list[Path]:
+    """Relative paths of the usable ``.py`` files, sorted."""
+    root = root or stdlib_root()
+    out = []
+    for p in root.rglob("*.py"):
+        rel = p.relative_to(root)
+        if not EXCLUDED_DIRS.intersection(rel.parts[:-1]) and p.is_file():
+            out.append(rel)
+    if not out:
+        raise BrwsimError(f"no Python standard library sources under {root}: the eagle head trains on them")
+    return sorted(out)
+
+
+def is_heldout(rel: Path) -> bool:
+    return int.from_bytes(hashlib.sha256(str(rel.as_posix()).encode()).digest()[:4], "little") % HELDOUT_EVERY == 0
+
+
+def _windows(ids: list[int], seq_len: int, k: int) -> list[np.ndarray]:
+    n = len(ids) // seq_len
+    if n == 0:
+        return []
+    picks = sorted({round(i * (n - 1) / max(k - 1, 1)) for i in range(min(k, n))})
+    return [np.asarray(ids[j * seq_len : (j + 1) * seq_len], np.int64) for j in picks]
+
+
+def chunks(tokenizer, n: int, seq_len: int, per_file: int, seed: int, heldout: bool) -> tuple[np.ndarray, list[str]]:
+    """``[n, seq_len]`` token windows of the training (or held-out) side, and the files they came from."""
+    root = stdlib_root()
+    files = [f for f in stdlib_files(root) if is_heldout(f) == heldout]
+    order = np.random.default_rng([seed, 1 if heldout else 0]).permutation(len(files))
+    out: list[np.ndarray] = []
+    used: list[str] = []
+    for i in order:
+        if len(out) >= n:
+            break
+        try:  # the windows are taken from the first characters only: tokenize those
+            text = (root / files[i]).read_text(encoding="utf-8")[: CHARS_PER_TOKEN * seq_len * per_file * 2]
+        except (OSError, UnicodeDecodeError):
+            continue
+        w = _windows(tokenizer(text, add_special_tokens=False)["input_ids"], seq_len, per_file)
+        if w:
+            out += w[: n - len(out)]
+            used.append(files[i].as_posix())
+    if len(out) < n:
+        raise BrwsimError(f"the standard library under {root} gave only {len(out)} of {n} windows of {seq_len} tokens")
+    return np.stack(out), used
+
+
+def data_spec(train: np.ndarray, heldout: np.ndarray) -> dict:
+    """What the head was trained on, for its cache key and its metadata."""
+    return {
+        "corpus": "python-stdlib",
+        "python": sys.version.split()[0],
+        "train_sha256": hashlib.sha256(np.ascontiguousarray(train).tobytes()).hexdigest(),
+        "heldout_sha256": hashlib.sha256(np.ascontiguousarray(heldout).tobytes()).hexdigest(),
+    }

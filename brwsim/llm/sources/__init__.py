@@ -1,0 +1,48 @@
+"""Logits sources: the models whose token trees are measured (docs/llm.md, "Layout").
+
+- :mod:`._base`: the interface (:class:`LogitsSource`, :class:`Context`,
+  :class:`Walker`) and the capabilities a drafter may need
+  (:class:`TransformersModel`, :class:`Tokenizes`).
+- :mod:`._hf`: transformers causal LMs (KV-cache reuse, batched tree passes; GGUF files load through it).
+- :mod:`._file`: saved-logits files (:class:`FileSource`) and :class:`Recorder`.
+- :mod:`._temperature`: :class:`TempSource`, any source at temperature T.
+- :mod:`._models`: the named models (:data:`MODELS`) and :func:`load_source`.
+- :mod:`._prompts`: prompt sets (:data:`PROMPT_SETS`) and :func:`load_prompts`.
+
+A new source is a subclass of :class:`LogitsSource` (with its
+:class:`Context`); it becomes reachable from ``--model`` with one branch in
+:func:`load_source`. Importing this package needs only numpy.
+"""
+
+from __future__ import annotations
+
+from ._base import Context, LogitsSource, Tokenizes, TransformersModel, Walker, WrappedWalker, Wrapper
+from ._file import FILE_FORMAT, FileSource, Recorder, save_logits
+from ._models import MODELS, cache_dir, converted, load_source
+from ._prompts import SOURCES as PROMPT_SETS
+from ._prompts import Prompt, load_prompts
+from ._temperature import TempSource, check_temperature, temper
+
+__all__ = [
+    "FILE_FORMAT",
+    "MODELS",
+    "PROMPT_SETS",
+    "Context",
+    "FileSource",
+    "LogitsSource",
+    "Prompt",
+    "Recorder",
+    "TempSource",
+    "Tokenizes",
+    "TransformersModel",
+    "Walker",
+    "WrappedWalker",
+    "Wrapper",
+    "cache_dir",
+    "check_temperature",
+    "converted",
+    "load_prompts",
+    "load_source",
+    "save_logits",
+    "temper",
+]

@@ -1,0 +1,258 @@
+"""Hugging Face ``transformers`` causal LMs as logits sources (needs the ``llm`` extra).
+
+One :class:`HFContext` per prompt. The prompt is run once (``logits_to_keep=1``:
+only its last position goes through the LM head) and its KV cache is kept.
+
+Tree questions (:meth:`HFContext.logprobs`) share one growing KV cache: each
+evaluated node of the token tree occupies one cache slot after the prompt,
+and a batch of new nodes (each a child of the prompt, of an evaluated node or
+of a node earlier in the same batch, so a whole chain fits) is run in ONE
+forward pass of B query tokens with a 4D attention mask (each new token sees
+the prompt, the slots of its own ancestors and itself) and
+``position_ids = len(prompt) + depth - 1``. Every node's token therefore goes
+through the model exactly once, and the answer equals full recomputation up
+to float rounding (tests/llm/test_llm.py checks it).
+
+Walks (:meth:`HFContext.walker`) copy the prompt cache ``n`` times along the
+batch axis and decode the ``n`` continuations in lock-step; finished rows are
+dropped from the cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from ... import _processes as processes
+from ...errors import BrwsimError
+from .. import require_llm
+from ._base import Context, LogitsSource, Walker
+
+
+def _torch():
+    require_llm()
+    import torch
+
+    return torch
+
+
+def torch_device(device: str = "auto") -> str:
+    """The torch device to run on, checked: ``auto`` is the process's own GPU when torch sees one (in a
+    multi-process run, GPU ``index % count``), else the CPU; any other name must be a device torch knows and has
+    here (``cpu``, ``cuda``, ``cuda:1``, ``mps``), else a one-line :class:`BrwsimError`."""
+    torch = _torch()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return f"cuda:{processes.index() % torch.cuda.device_count()}"
+        return "cpu"
+    try:
+        dev = torch.device(str(device))
+    except (RuntimeError, ValueError, TypeError):
+        raise BrwsimError(f"--device {device!r} is not a torch device; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0 or (dev.index is not None and dev.index >= n):
+            raise BrwsimError(f"--device {device!r}: torch sees {n} CUDA device(s) here; use auto or cpu")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise BrwsimError(f"--device {device!r}: torch has no MPS device here; use auto or cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise BrwsimError(f"--device {device!r}: only cpu, cuda[:N] and mps are supported")
+    return str(dev)
+
+
+def check_threads(threads) -> int | None:
+    """``threads`` as an int >= 1 (or None: torch's default); one-line error otherwise."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise BrwsimError(f"--threads must be an integer >= 1, got {threads!r}")
+    return threads
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously): call before reading a clock."""
+    if str(device).startswith("cuda"):
+        _torch().cuda.synchronize(device)
+
+
+def to_numpy(t) -> np.ndarray:
+    """A tensor on any device as a NumPy array (detached, moved to the CPU first)."""
+    return t.detach().cpu().numpy()
+
+
+class HFSource(LogitsSource):
+    """A ``transformers`` causal LM and its tokenizer.
+
+    ``dtype`` is the compute dtype ("float32" or "bfloat16"); log-probabilities
+    are always returned as float32. ``threads`` sets ``torch.set_num_threads``.
+    ``max_prompt_tokens`` keeps only the last tokens of longer prompts.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        name: str = "hf",
+        device: str = "auto",
+        threads: int | None = None,
+        max_prompt_tokens: int = 384,
+    ):
+        torch = _torch()
+        device = torch_device(device)
+        threads = check_threads(threads)
+        if threads:
+            torch.set_num_threads(threads)
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = device
+        self.max_prompt_tokens = int(max_prompt_tokens)
+        cfg = model.config
+        cfg = getattr(cfg, "text_config", None) or cfg
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        eos = set()
+        for src in (getattr(model, "generation_config", None), cfg, tokenizer):
+            e = getattr(src, "eos_token_id", None) if src is not None else None
+            if isinstance(e, int):
+                eos.add(e)
+            elif isinstance(e, (list, tuple)):
+                eos.update(int(x) for x in e)
+        self.eos_ids = frozenset(eos)
+        self.dtype = next(model.parameters()).dtype
+        self.forward_seconds = 0.0  # wall time inside model forward passes
+        self.forward_calls = 0
+        self.forward_tokens = 0
+        self.max_pass_nodes = 256  # tree nodes per forward pass (bounds the [nodes, V] logits of one pass)
+
+    def encode(self, text: str) -> list[int]:
+        ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        return list(ids)[-self.max_prompt_tokens :]
+
+    def decode(self, ids):
+        return self.tokenizer.decode([int(i) for i in ids])
+
+    def tokenize(self, text: str) -> list[int]:
+        """Ids of any text (no special tokens, no truncation): the :class:`~._base.Tokenizes` capability."""
+        return [int(t) for t in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+    def forward(self, **kw):
+        """``model(**kw)`` under ``inference_mode``, timed into ``forward_seconds`` (the device synchronised)."""
+        torch = _torch()
+        synchronize(self.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = self.model(**kw, use_cache=True)
+        synchronize(self.device)
+        self.forward_seconds += time.perf_counter() - t0
+        self.forward_calls += 1
+        self.forward_tokens += int(kw["input_ids"].numel())
+        return out
+
+    def logp_rows(self, logits) -> np.ndarray:
+        torch = _torch()
+        with torch.inference_mode():
+            return to_numpy(torch.log_softmax(logits.float(), dim=-1))
+
+    def open(self, prompt_ids: Sequence[int]) -> HFContext:
+        return HFContext(self, [int(t) for t in prompt_ids])
+
+
+class HFContext(Context):
+    def __init__(self, src: HFSource, prompt: list[int]):
+        torch = _torch()
+        if not prompt:
+            raise ValueError("empty prompt")
+        self.src = src
+        self.L = len(prompt)
+        ids = torch.tensor([prompt], device=src.device)
+        out = src.forward(input_ids=ids, logits_to_keep=1)
+        self.prompt_cache = out.past_key_values
+        self.root = src.logp_rows(out.logits[0, -1:])[0]
+        self.tree_cache = None
+        self.slots: dict[tuple[int, ...], int] = {(): -1}
+        self.answers: dict[tuple[int, ...], np.ndarray] = {(): self.root}
+
+    def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
+        """Evaluate nodes in one forward pass; each node's parent has a slot or comes earlier in ``nodes``."""
+        torch = _torch()
+        src = self.src
+        if self.tree_cache is None:
+            self.tree_cache = copy.deepcopy(self.prompt_cache)
+        S = len(self.slots) - 1  # slots used so far
+        B = len(nodes)
+        slots = {n: S + i for i, n in enumerate(nodes)}
+        allowed = torch.zeros((B, self.L + S + B), dtype=torch.bool)
+        allowed[:, : self.L] = True
+        rows, cols = [], []
+        for i, node in enumerate(nodes):
+            for d in range(1, len(node) + 1):
+                a = node[:d]
+                rows.append(i)
+                cols.append(self.L + (self.slots[a] if a in self.slots else slots[a]))
+        allowed[torch.tensor(rows), torch.tensor(cols)] = True
+        mask = torch.zeros(allowed.shape, dtype=src.dtype)
+        mask.masked_fill_(~allowed, torch.finfo(src.dtype).min)
+        ids = torch.tensor([[n[-1] for n in nodes]], device=src.device)
+        pos = torch.tensor([[self.L + len(n) - 1 for n in nodes]], device=src.device)
+        out = src.forward(
+            input_ids=ids,
+            position_ids=pos,
+            attention_mask=mask[None, None].to(src.device),
+            past_key_values=self.tree_cache,
+        )
+        self.tree_cache = out.past_key_values
+        rows = src.logp_rows(out.logits[0])
+        for i, n in enumerate(nodes):
+            self.slots[n] = S + i
+            self.answers[n] = rows[i]
+
+    def logprobs(self, prefixes):
+        """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
+        up to ``max_pass_nodes`` per forward pass (a whole chain in one pass)."""
+        prefixes = [tuple(int(t) for t in p) for p in prefixes]
+        need = set()
+        for p in prefixes:
+            for d in range(1, len(p) + 1):
+                if p[:d] not in self.answers:
+                    need.add(p[:d])
+        order = sorted(need, key=lambda n: (len(n), n))
+        step = self.src.max_pass_nodes
+        for i in range(0, len(order), step):
+            self._tree_step(order[i : i + step])
+        return np.stack([self.answers[p] for p in prefixes])
+
+    def walker(self, n: int) -> HFWalker:
+        return HFWalker(self, n)
+
+
+class HFWalker(Walker):
+    def __init__(self, ctx: HFContext, n: int):
+        super().__init__(ctx, n)
+        self.cache = copy.deepcopy(ctx.prompt_cache)
+        if n > 1:
+            self.cache.batch_repeat_interleave(n)
+        self.depth = 0
+
+    def step(self, tokens):
+        torch = _torch()
+        src = self.ctx.src
+        if len(tokens) != len(self.prefixes):
+            raise ValueError(f"walker has {len(self.prefixes)} rows, got {len(tokens)} tokens")
+        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
+        n = len(tokens)
+        ids = torch.tensor([[int(t)] for t in tokens], device=src.device)
+        pos = torch.full((n, 1), self.ctx.L + self.depth, device=src.device)
+        out = src.forward(input_ids=ids, position_ids=pos, past_key_values=self.cache)
+        self.cache = out.past_key_values
+        self.depth += 1
+        return src.logp_rows(out.logits[:, -1])
+
+    def keep(self, rows):
+        torch = _torch()
+        rows = list(rows)
+        if rows != list(range(len(self.prefixes))):
+            self.cache.batch_select_indices(torch.tensor(rows, dtype=torch.long, device=self.ctx.src.device))
+        self.prefixes = [self.prefixes[i] for i in rows]
