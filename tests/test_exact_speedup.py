@@ -7,7 +7,7 @@ import math
 import pytest
 
 from brwsim.errors import BrwsimError
-from brwsim.speedup import DraftCost, TableCost, drafter_pass_cost, from_llm, measured_cost, speedup_table
+from brwsim.speedup import DraftCost, TableCost, drafter_pass_cost, measured_cost, speedup_table
 
 COST = TableCost({0: 1.0, 4: 1.5, 8: 2.0})  # t_verify(2) = 1.25 by linear interpolation
 
@@ -74,42 +74,3 @@ def test_draft_cost_passes():
     assert t.rows[1].t_draft == pytest.approx(0.4) and t.rows[1].speedup == pytest.approx(3.0 / 1.9)
     d = drafter_pass_cost(COST, 2, 8)  # a quarter of the model per drafted token
     assert d.t_pass == pytest.approx(0.25) and d.t_draft(4) == pytest.approx(1.0)
-
-
-def test_from_llm_builds_oracle_then_each_drafter_per_exit_layer():
-    res = [{"P": 4, "mean": 2.0, "ci95": 0.2, "topq": 1.0, "topq_ci95": 0.1, "chain": 0.5, "chain_ci95": 0.1}]
-    run = {
-        "model": "m",
-        "tasks": [
-            {"task": "a", "prompts": 3, "results": [{"P": 4, "mean": 2.0, "ci95": 0.2}]},
-            {
-                "task": "b",
-                "results": [{"P": 4, "mean": 1.0, "ci95": 0.1}],
-                "drafter": {"layers": 8, "per_k": [{"k": 2, "results": res}]},
-            },
-        ],
-    }
-    tables = from_llm(run, COST)
-    assert [t.drafter for t in tables] == ["oracle", "oracle", "topq k=2", "chain k=2"]
-    assert tables[0].source == "m/a (3 prompts)" and tables[1].source == "m/b (? prompts)"
-    assert tables[0].rows[1].speedup == pytest.approx(2.0)
-    assert tables[2].rows[1].speedup == pytest.approx(2.0 / (1.5 + 4 * 0.25))
-    assert tables[3].rows[1].speedup == pytest.approx(1.5 / (1.5 + 1.0))
-    assert [t.drafter for t in from_llm(run, COST, task="a")] == ["oracle"]
-    with pytest.raises(BrwsimError):
-        from_llm(run, COST, task="c")
-
-
-def test_from_llm_defaults_and_messages():
-    run = {"tasks": [{"task": "a", "results": [{"P": 4, "mean": 2.0, "ci95": 0.2}]}]}
-    assert from_llm(run, COST)[0].source == "model/a (? prompts)"
-    with pytest.raises(BrwsimError) as e:
-        from_llm(run, COST, task="b")
-    assert str(e.value) == "the real-model result has no task 'b' (tasks: a)"
-    with pytest.raises(BrwsimError) as e:
-        from_llm({}, COST)
-    assert str(e.value) == "the real-model result has no task None (tasks: none)"
-    run["tasks"].append({"task": "c", "results": []})
-    with pytest.raises(BrwsimError, match=r"\(tasks: a, c\)$"):
-        from_llm(run, COST, task="d")
-    assert measured_cost({0: [1.0]}, "here").label == "here"

@@ -81,7 +81,7 @@ def test_running_stat_exactly_one_full_block():
 
 def test_mean_ci95_by_hand():
     m, h = mean_ci95([1.0, 2.0, 3.0, 4.0])
-    assert m == 2.5 and h == pytest.approx(sps.norm.ppf(0.975) * math.sqrt(5 / 12), rel=1e-9)
+    assert m == 2.5 and h == pytest.approx(sps.t.ppf(0.975, 3) * math.sqrt(5 / 12), rel=1e-9)  # Student t, 3 df
     m, h = mean_ci95([])
     assert math.isnan(m) and math.isnan(h)
     m, h = mean_ci95([9.0])
@@ -148,8 +148,8 @@ def test_float32_samples_are_summed_in_float64():
 
 
 def test_mean_ci95_of_two_values():
-    m, h = mean_ci95([1.0, 3.0])  # sample sd sqrt(2), se 1
-    assert m == 2.0 and h == pytest.approx(sps.norm.ppf(0.975), rel=1e-9)
+    m, h = mean_ci95([1.0, 3.0])  # sample sd sqrt(2), se 1, Student t with 1 df: 12.706
+    assert m == 2.0 and h == pytest.approx(sps.t.ppf(0.975, 1), rel=1e-9)
 
 
 class _OneBlock(RunningStat):
