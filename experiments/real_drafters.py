@@ -1,19 +1,27 @@
 """Real drafters on the real model: how far is a practical drafter from the speed of light (SmolLM2-135M).
 
-Per task (HumanEval code prompts, pydoc prose) and per drafter (layer skipping,
-low-bit copies, prompt lookup, and the trained EAGLE-style head when the build
-has it): E[X] against P for the real oracle tree T*_P, the drafter's best tree
-builder (top-P-by-Q, greedy chain, EAGLE-2/3 dynamic tree, Sequoia), the
-rigorous empirical bound (dual) and the imperfect-knowledge prediction for
-the top-P-by-Q tree from the drafter's cross-entropy and its second moment
-(docs/theory.md, "Imperfect knowledge"), with 95%
-intervals over prompts; a table of each drafter's fraction of the oracle at
-P = 8, 32, 64, 128, its KL and cross-entropy along the target's walks, and its
+Per task (HumanEval code prompts, pydoc prose, ShareGPT chat) and per drafter
+(layer skipping, low-bit copies, prompt lookup, and the trained EAGLE-style
+head when the build has it): E[X] against P for the real oracle tree T*_P and
+the drafter's tree builder fixed in advance (top-P-by-Q for a drafter with a
+q, the lookup tree for a proposer; docs/drafters.md, "Which builder is
+scored"; the other builders are reported beside, and the best of them on the
+same prompts only for context), the rigorous empirical bound (dual) and the
+imperfect-knowledge prediction for the top-P-by-Q tree from the drafter's
+cross-entropy and its second moment (docs/theory.md, "Imperfect
+knowledge"). Intervals over prompts are Student t; the drafter's gap to the
+oracle and every drafter-vs-drafter difference are paired t intervals over
+the same prompts. A table of each drafter's fraction of the oracle at P = 8,
+32, 64, 128, its KL and cross-entropy along the target's walks, and its
 accepted tokens per call measured by real speculative decoding (the direct
 check). X = accepted draft tokens per verifier call; published acceptance
 lengths tau count the verifier's own token too: tau = X + 1.
 
-Writes results/real_drafters.{csv,jsonl}, figures/real_drafters.{png,pdf} and
+Prompts: ``--n`` per task (64), in the seeded interleaved order of
+``experiments.common.prompt_order``; every prompt's measurements are cached,
+so a run stopped early resumes. Writes results/real_drafters.{csv,jsonl},
+results/real_drafters_prompts.jsonl (one row per prompt x P x drafter x
+builder: value and oracle value), figures/real_drafters.{png,pdf} and
 figures/real_drafters_table.md. ``--quick``: one prompt per task, P <= 8,
 short walks, no EAGLE head unless its quick version is available.
 """
