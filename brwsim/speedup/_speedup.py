@@ -17,6 +17,7 @@ import numpy as np
 from .._stats import CONVENTION
 from ..errors import BrwsimError
 from ..estimate import SimulationResult
+from ..llm.drafters._report import fixed_builder
 from ..llm.results import DrafterResult, RunResult
 from ._costs import ORACLE, DraftCost, VerifyCost, isotonic_fit
 
@@ -131,7 +132,8 @@ def modelled_draft_cost(cost: VerifyCost, d: DrafterResult) -> DraftCost:
 
 def from_llm(run: RunResult, cost: VerifyCost, task: str | None = None, draft_costs=None) -> list[SpeedupTable]:
     """Speedup tables of a real-model run (a :class:`brwsim.llm.results.RunResult`): per task, the oracle (the speed
-    of light) and every real drafter's best tree at each P, with its draft cost: ``draft_costs[name]`` when given
+    of light) and every real drafter's tree of the builder fixed in advance (top-P-by-Q, or the lookup tree;
+    :func:`brwsim.llm.drafters._report.fixed_builder`) at each P, with its draft cost: ``draft_costs[name]`` when given
     (measured here), else :func:`modelled_draft_cost`."""
     out = []
     for t in run.task(task):
@@ -139,10 +141,10 @@ def from_llm(run: RunResult, cost: VerifyCost, task: str | None = None, draft_co
         out.append(speedup_table(t.ex(), cost, source=src))
         for d in t.drafters:
             draft = (draft_costs or {}).get(d.name) or modelled_draft_cost(cost, d)
-            ex = d.ex()
+            fixed = fixed_builder(d.builders)  # fixed in advance: no choice made on the scored prompts
+            ex = d.ex(fixed)
             if ex:
-                best = "/".join(dict.fromkeys(r.best_builder for r in d.rows if r.best_builder))
-                out.append(speedup_table(ex, cost, draft, drafter=f"{d.name} ({best})", source=src))
+                out.append(speedup_table(ex, cost, draft, drafter=f"{d.name} ({fixed})", source=src))
     return out
 
 
