@@ -65,6 +65,8 @@ def settings(quick: bool, seed: int, n: int | None = None) -> dict:
 
         drafters.append("eagle-head:quick" if quick else "eagle-head")
         head = (eagle_head.QUICK if quick else eagle_head.FULL).to_dict()  # a new head config: new points
+        if head["corpus"] == "stdlib":  # the first corpus: points measured before the option keep their keys
+            del head["corpus"]
     base = dict(model="smollm2-135m", prompts="humaneval,pydoc,sharegpt", seed=seed, batch=4, threads=1,
                 drafters=drafters, head=head)  # fmt: skip
     if quick:
@@ -296,7 +298,7 @@ def figure(rows: list[dict]):
             pts = sorted(
                 (r["P"], r["mean"], r["ci95"]) for r in sel if r["statistic"] == stat and r["drafter"] == drafter
             )
-            return [p[0] for p in pts], [p[1] for p in pts], [0.0 if not math.isfinite(p[2]) else p[2] for p in pts]
+            return [p[0] for p in pts], [p[1] for p in pts], [0.0 if _finite(p[2]) is None else p[2] for p in pts]
 
         P, m, ci = series("oracle")
         ax.errorbar(P, m, yerr=ci, fmt="o-", color="k", lw=2, label="real oracle T*_P (speed of light)", zorder=5)

@@ -341,7 +341,7 @@ def main(argv=None) -> dict:
                                params["seed"], panel=panel, drafter=name, t_pass=t.draft.t_pass,
                                draft_cost=t.draft.kind, ex=b.ex))  # fmt: skip
         lines.append(f"{panel} {task} {name}: best P = {b.P}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
-                     f"(draft pass {1e3 * t.draft.t_pass:.2f} ms, {t.draft.kind})")  # fmt: skip
+                     f"(draft pass {1e3 * t.draft.t_pass:.3g} ms, {t.draft.kind})")  # fmt: skip
     figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []
     common.write_rows(NAME, rows)
     write_cpu_cost(cost)
