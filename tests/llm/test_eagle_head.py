@@ -195,7 +195,7 @@ def test_sharegpt_windows_come_from_training_conversations_with_a_disjoint_heldo
 def test_chat_corpus_option_trains_the_quick_head_on_sharegpt(tiny, cache, monkeypatch):
     from brwsim.llm.drafters import eagle_head, open_drafter
     from brwsim.llm.drafters.eagle_head import _data
-    from brwsim.llm.sources._sharegpt import chat_prompts, training_texts
+    from brwsim.llm.sources._sharegpt import chat_prompts
 
     with pytest.raises(BrwsimError, match="corpus must be"):
         eagle_head.config_from(True, corpus="wiki")
@@ -204,8 +204,8 @@ def test_chat_corpus_option_trains_the_quick_head_on_sharegpt(tiny, cache, monke
     monkeypatch.setenv("BRWSIM_CACHE", str(cache))
     d = open_drafter("eagle-head:quick,chat", tiny)
     assert d.name == "eagle-head-quick-chat" and d.meta["config"]["corpus"] == "sharegpt"
-    # no evaluation prompt's user turn is inside the training text
-    train = training_texts()
-    probe = [t for _, t in chat_prompts()[:20]]
-    assert not any(p in t for p in probe for t in train[:2000])
+    # no training conversation opens with an evaluation prompt (ShareGPT repeats conversations under other ids)
+    train = _data.chat_training_texts()
+    starts = {f"User: {t}\n\nAssistant: " for _, t in chat_prompts()}
+    assert len(train) > 10_000 and not any(t[: t.find("\n\nAssistant: ") + 13] in starts for t in train)
     assert _data.CORPORA == ("stdlib", "sharegpt")

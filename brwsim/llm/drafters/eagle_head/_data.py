@@ -65,15 +65,28 @@ def _text_heldout(text: str) -> bool:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") % HELDOUT_EVERY == 0
 
 
+def chat_training_texts() -> list[str]:
+    """ShareGPT training-split conversations, less those whose first user turn is one of the evaluation prompts:
+    the split is by conversation id, and ShareGPT repeats some conversations under other ids."""
+    from ...sources._sharegpt import chat_prompts, training_texts
+
+    evals = {t for _, t in chat_prompts()}
+
+    def first_turn(t: str) -> str:
+        end = t.find("\n\nAssistant: ")
+        return t[len("User: ") : end if end >= 0 else len(t)]
+
+    return [t for t in training_texts() if first_turn(t) not in evals]
+
+
 def sharegpt_chunks(tokenizer, n: int, seq_len: int, per_conv: int, seed: int, heldout: bool, texts=None):
     """``[n, seq_len]`` token windows of ShareGPT conversations of the training split only (the chat prompts of
-    :func:`brwsim.llm.sources.load_prompts` come from the disjoint evaluation split), as "User: ... Assistant:
+    :func:`brwsim.llm.sources.load_prompts` come from the disjoint evaluation split; :func:`chat_training_texts`
+    drops the repeats of an evaluation prompt), as "User: ... Assistant:
     ..." text; one conversation in :data:`HELDOUT_EVERY` (by a hash of its text) is held out. At most
     ``per_conv`` windows per conversation, conversations in a seeded order; and which conversations were used."""
     if texts is None:
-        from ...sources._sharegpt import training_texts
-
-        texts = training_texts()
+        texts = chat_training_texts()
     texts = [t for t in texts if _text_heldout(t) == heldout]
     order = np.random.default_rng([seed, 3 if heldout else 2]).permutation(len(texts))
     out: list[np.ndarray] = []
