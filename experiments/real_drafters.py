@@ -4,8 +4,8 @@ Per task (HumanEval code prompts, pydoc prose, ShareGPT chat) and per drafter
 (layer skipping, low-bit copies, prompt lookup, and the trained EAGLE-style
 head when the build has it): E[X] against P for the real oracle tree T*_P and
 the drafter's tree builder fixed in advance (top-P-by-Q for a drafter with a
-q, the lookup tree for a proposer; docs/drafters.md, "Which builder is
-scored"; the other builders are reported beside, and the best of them on the
+q, the lookup tree for a proposer; docs/drafters.md, "Real drafters";
+the other builders are reported beside, and the best of them on the
 same prompts only for context), the rigorous empirical bound (dual) and the
 imperfect-knowledge prediction for the top-P-by-Q tree from the drafter's
 cross-entropy and its second moment (docs/theory.md, "Imperfect
