@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 import brwsim
 
 COUNTERS: Counter = Counter()  # "computed" / "cached" points, for tests and logs
@@ -205,3 +207,19 @@ def setup_matplotlib():
         }
     )
     return plt
+
+
+def prompt_order(tasks, n: int, seed: int) -> list:
+    """``n`` prompts per task (evenly spaced over each source), each task's in a seeded random order,
+    interleaved task by task (so every prefix holds the tasks in equal numbers, +-1)."""
+    from brwsim.llm.sources import load_prompts
+
+    rng = np.random.default_rng([seed, 21])
+    per = []
+    for task in tasks:
+        ps = load_prompts(task, n)
+        per.append([ps[i] for i in rng.permutation(len(ps))])
+    out = []
+    for i in range(max(len(ps) for ps in per)):
+        out += [ps[i] for ps in per if i < len(ps)]
+    return out

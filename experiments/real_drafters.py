@@ -1,19 +1,27 @@
 """Real drafters on the real model: how far is a practical drafter from the speed of light (SmolLM2-135M).
 
-Per task (HumanEval code prompts, pydoc prose) and per drafter (layer skipping,
-low-bit copies, prompt lookup, and the trained EAGLE-style head when the build
-has it): E[X] against P for the real oracle tree T*_P, the drafter's best tree
-builder (top-P-by-Q, greedy chain, EAGLE-2/3 dynamic tree, Sequoia), the
-rigorous empirical bound (dual) and the imperfect-knowledge prediction for
-the top-P-by-Q tree from the drafter's cross-entropy and its second moment
-(docs/theory.md, "Imperfect knowledge"), with 95%
-intervals over prompts; a table of each drafter's fraction of the oracle at
-P = 8, 32, 64, 128, its KL and cross-entropy along the target's walks, and its
+Per task (HumanEval code prompts, pydoc prose, ShareGPT chat) and per drafter
+(layer skipping, low-bit copies, prompt lookup, and the trained EAGLE-style
+head when the build has it): E[X] against P for the real oracle tree T*_P and
+the drafter's tree builder fixed in advance (top-P-by-Q for a drafter with a
+q, the lookup tree for a proposer; docs/drafters.md, "Real drafters";
+the other builders are reported beside, and the best of them on the
+same prompts only for context), the rigorous empirical bound (dual) and the
+imperfect-knowledge prediction for the top-P-by-Q tree from the drafter's
+cross-entropy and its second moment (docs/theory.md, "Imperfect
+knowledge"). Intervals over prompts are Student t; the drafter's gap to the
+oracle and every drafter-vs-drafter difference are paired t intervals over
+the same prompts. A table of each drafter's fraction of the oracle at P = 8,
+32, 64, 128, its KL and cross-entropy along the target's walks, and its
 accepted tokens per call measured by real speculative decoding (the direct
 check). X = accepted draft tokens per verifier call; published acceptance
 lengths tau count the verifier's own token too: tau = X + 1.
 
-Writes results/real_drafters.{csv,jsonl}, figures/real_drafters.{png,pdf} and
+Prompts: ``--n`` per task (64), in the seeded interleaved order of
+``experiments.common.prompt_order``; every prompt's measurements are cached,
+so a run stopped early resumes. Writes results/real_drafters.{csv,jsonl},
+results/real_drafters_prompts.jsonl (one row per prompt x P x drafter x
+builder: value and oracle value), figures/real_drafters.{png,pdf} and
 figures/real_drafters_table.md. ``--quick``: one prompt per task, P <= 8,
 short walks, no EAGLE head unless its quick version is available.
 """
@@ -21,13 +29,16 @@ short walks, no EAGLE head unless its quick version is available.
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import json
 import math
 import time
 
 import numpy as np
 
 import brwsim
-from brwsim._stats import mean_ci95
+from brwsim._stats import mean_ci95, paired_ci95
+from brwsim.llm.drafters._report import fixed_builder
 from experiments import common
 
 NAME = "real_drafters"
@@ -43,7 +54,7 @@ PUBLISHED = [  # (what, tau, source); EAGLE-3 rows from its Table 1 (T = 0, batc
 ]
 
 
-def settings(quick: bool, seed: int) -> dict:
+def settings(quick: bool, seed: int, n: int | None = None) -> dict:
     drafters = ["layerskip:skip=14-17", "lowbit:bits=4", "lookup:n=3"]
     if not quick:
         drafters[1:1] = ["layerskip:auto,n=8"]
@@ -54,11 +65,13 @@ def settings(quick: bool, seed: int) -> dict:
 
         drafters.append("eagle-head:quick" if quick else "eagle-head")
         head = (eagle_head.QUICK if quick else eagle_head.FULL).to_dict()  # a new head config: new points
-    base = dict(model="smollm2-135m", prompts="humaneval,pydoc", seed=seed, batch=4, threads=1, drafters=drafters,
-                head=head)  # fmt: skip
+        if head["corpus"] == "stdlib":  # the first corpus: points measured before the option keep their keys
+            del head["corpus"]
+    base = dict(model="smollm2-135m", prompts="humaneval,pydoc,sharegpt", seed=seed, batch=4, threads=1,
+                drafters=drafters, head=head)  # fmt: skip
     if quick:
-        return base | dict(n=1, P=[1, 2, 4, 8], walks=8, depth=8, check_samples=40, check_P=4, heldout=48)
-    return base | dict(n=4, P=[1, 2, 4, 8, 16, 32, 64, 128], walks=8, depth=32, check_samples=150, check_P=32,
+        return base | dict(n=n or 1, P=[1, 2, 4, 8], walks=8, depth=8, check_samples=40, check_P=4, heldout=48)
+    return base | dict(n=n or 64, P=[1, 2, 4, 8, 16, 32, 64, 128], walks=8, depth=32, check_samples=150, check_P=32,
                        heldout=256)  # fmt: skip
 
 
@@ -100,6 +113,7 @@ def _point_rows(prompt, pr, drs, secs) -> dict:
             for d in drs
         ],
         "seconds": secs,
+        "phases": {k: round(v, 4) for k, v in pr.phases.items()},
     }
 
 
@@ -138,62 +152,127 @@ def _calibration(params: dict) -> dict:
     return {r["name"]: r for r in common.cached(NAME + "_cal", {k: params[k] for k in keys}, compute)}
 
 
-def _task_rows(params, task, pts, cal) -> list[dict]:
-    from brwsim.spine import curves_from_xi
-    from brwsim.theory import bounds_from_curves, lorden, threshold_bound
+def _finite(x):
+    return None if x is None or not math.isfinite(x) else float(x)
 
-    label, n, seed = f"{params['model']}/{task}", len(pts), params["seed"]
+
+def _ci_row(label, P, stat, vals, n, seed, **extra) -> dict:
+    m, c = mean_ci95(vals)
+    return common.row(label, P, stat, _finite(m), _finite(c), n, seed, **extra)
+
+
+def prompt_rows(params: dict, points: list[dict]) -> list[dict]:
+    """One row per prompt x P x drafter x builder: the drafter's value and the oracle's (re-analysable)."""
     rows = []
+    for p in points:
+        for d in p["drafters"]:
+            for b, vals in d["values"].items():
+                for P in params["P"]:
+                    rows.append(dict(task=p["task"], id=p["id"], P=P, drafter=d["name"], builder=b,
+                                     fixed=b == fixed_builder(d["values"]), value=vals[P - 1],
+                                     oracle=p["oracle"][P - 1]))  # fmt: skip
+    return rows
+
+
+def _oracle_rows(params, label, task, pts, seed) -> list[dict]:
+    from brwsim.spine import curves_from_xi
+    from brwsim.theory import bounds_from_curves
+
+    n, rows = len(pts), []
     xi = np.concatenate([np.asarray(p["xi"], float) for p in pts])
     mu, mu2 = float(np.mean([p["H"] for p in pts])), float(np.mean([p["M2"] for p in pts]))
     curves = curves_from_xi(xi, P_max=max(params["P"]))
     bounds = {b.P: b for b in bounds_from_curves(curves, params["P"], mu, mu2, iid=False)}
     for P in params["P"]:
-        m, c = mean_ci95([p["oracle"][P - 1] for p in pts])
-        rows.append(common.row(label, P, "oracle", m, c, n, seed, drafter=None, task=task))
+        rows.append(_ci_row(label, P, "oracle", [p["oracle"][P - 1] for p in pts], n, seed, drafter=None, task=task))
         dual = bounds[P].to_dict().get("bounds", {}).get("dual")
         rows.append(common.row(label, P, "dual_bound", dual, 0.0, n, seed, drafter=None, task=task))
-    for j, name in enumerate(d["name"] for d in pts[0]["drafters"]):
-        ds = [p["drafters"][j] for p in pts]
-        extra = dict(drafter=name, task=task)
-        if ds[0]["stats"] is not None:
-            for s, stat in enumerate(("cross_entropy", "kl", "tv", "top1_agree", "target_entropy")):
-                m, c = mean_ci95([d["stats"][s] for d in ds])
-                rows.append(common.row(label, None, stat, m, c, n, seed, **extra))
-            x = np.concatenate([np.asarray(d["xi_q"], float).ravel() for d in ds])
-            x = x[np.isfinite(x)]
-            mu_q, mu2_q = float(x.mean()), float((x**2).mean())
-        for k in ("kl", "top1_agree", "cross_entropy"):
-            if k in cal.get(name, {}):
-                rows.append(common.row(label, None, "heldout_" + k, cal[name][k], 0.0, cal[name]["positions"], seed,
-                                       **extra))  # fmt: skip
-        for P in params["P"]:
-            best, bm, bc = None, -1.0, 0.0
-            for b in ds[0]["values"]:
-                vals = [d["values"][b][P - 1] for d in ds]
-                if any(v is None for v in vals):
-                    continue
-                m, c = mean_ci95(vals)
-                rows.append(common.row(label, P, b, m, c, n, seed, **extra))
-                if m > bm:
-                    best, bm, bc = b, m, c
-            rows.append(common.row(label, P, "best", bm, bc, n, seed, builder=best, **extra))
-            fr = [d["values"][best][P - 1] / p["oracle"][P - 1] for d, p in zip(ds, pts, strict=True)]
-            m, c = mean_ci95(fr)
-            rows.append(common.row(label, P, "fraction_of_oracle", m, c, n, seed, builder=best, **extra))
-            if ds[0]["s_P"] is not None:
-                tb = threshold_bound([(np.asarray(d["xi_q"], float), d["s_P"][P - 1]) for d in ds])
-                rows.append(common.row(label, P, "ik_bound", tb["upper"], 0.0, n, seed, point=tb["point"], se=tb["se"],
-                                       truncated_walks=tb["truncated_walks"], **extra))  # fmt: skip
-                s = float(np.mean([d["s_P"][P - 1] for d in ds]))
-                rows.append(common.row(label, P, "ik_lorden", lorden(s, mu_q, mu2_q), 0.0, n, seed, s_P=s, **extra))
-        ch = [d["check"] for d in ds if d["check"]]
-        se = math.sqrt(sum(c["se"] ** 2 for c in ch)) / len(ch)
-        xm, vm = float(np.mean([c["mean"] for c in ch])), float(np.mean([c["value"] for c in ch]))
-        calls, z = sum(c["samples"] for c in ch), (xm - vm) / se if se > 0 else 0.0
-        rows.append(common.row(label, ch[0]["P"], "check_accepted_per_call", xm, 1.96 * se, calls, seed, value=vm, z=z,
-                               **extra))  # fmt: skip
     return rows
+
+
+def _stat_rows(label, name, ds, cal, n, seed, extra) -> tuple[list[dict], tuple]:
+    rows, mq = [], (None, None)
+    if ds[0]["stats"] is not None:
+        for s, stat in enumerate(("cross_entropy", "kl", "tv", "top1_agree", "target_entropy")):
+            rows.append(_ci_row(label, None, stat, [d["stats"][s] for d in ds], n, seed, **extra))
+        x = np.concatenate([np.asarray(d["xi_q"], float).ravel() for d in ds])
+        x = x[np.isfinite(x)]
+        mq = (float(x.mean()), float((x**2).mean()))
+    for k in ("kl", "top1_agree", "cross_entropy"):
+        if k in cal.get(name, {}):
+            rows.append(common.row(label, None, "heldout_" + k, cal[name][k], 0.0, cal[name]["positions"], seed,
+                                   **extra))  # fmt: skip
+    return rows, mq
+
+
+def _ik_rows(label, P, ds, mq, n, seed, extra) -> list[dict]:
+    from brwsim.theory import lorden, threshold_bound
+
+    if ds[0]["s_P"] is None:
+        return []
+    tb = threshold_bound([(np.asarray(d["xi_q"], float), d["s_P"][P - 1]) for d in ds])
+    s = float(np.mean([d["s_P"][P - 1] for d in ds]))
+    # C_q(s_P) equals the top-P-by-Q value up to ties: a consistency check of the valuation, not a bound
+    return [
+        common.row(label, P, "ik_identity", _finite(tb["upper"]), 0.0, n, seed, point=_finite(tb["point"]),
+                   se=_finite(tb["se"]), truncated_walks=tb["truncated_walks"], **extra),
+        common.row(label, P, "ik_lorden", lorden(s, *mq), 0.0, n, seed, s_P=s, **extra),
+    ]  # fmt: skip
+
+
+def _drafter_rows(params, label, pts, j, cal, seed) -> list[dict]:
+    ds, n = [p["drafters"][j] for p in pts], len(pts)
+    name = ds[0]["name"]
+    extra = dict(drafter=name, task=pts[0]["task"])
+    rows, mq = _stat_rows(label, name, ds, cal, n, seed, extra)
+    fixed = fixed_builder(ds[0]["values"])
+    for P in params["P"]:
+        best, bm = None, -math.inf
+        for b in ds[0]["values"]:
+            vals = [d["values"][b][P - 1] for d in ds]
+            if any(v is None for v in vals):
+                continue
+            rows.append(_ci_row(label, P, b, vals, n, seed, **extra))
+            best, bm = (b, rows[-1]["mean"]) if rows[-1]["mean"] > bm else (best, bm)
+        # the best builder on the scored prompts themselves: optimistic, context only
+        rows.append(common.row(label, P, "best_same_prompts", bm, None, n, seed, builder=best, **extra))
+        v = [d["values"][fixed][P - 1] for d in ds]
+        o = [p["oracle"][P - 1] for p in pts]
+        rows.append(_ci_row(label, P, "fixed", v, n, seed, builder=fixed, **extra))
+        fr = [a / b if b > 0 else math.nan for a, b in zip(v, o, strict=True)]
+        rows.append(_ci_row(label, P, "fraction_of_oracle", fr, n, seed, builder=fixed, **extra))
+        m, c = paired_ci95(o, v)
+        rows.append(common.row(label, P, "oracle_minus_drafter", _finite(m), _finite(c), n, seed, builder=fixed,
+                               **extra))  # fmt: skip
+        rows += _ik_rows(label, P, ds, mq, n, seed, extra)
+    ch = [d["check"] for d in ds if d["check"]]
+    se = math.sqrt(sum(c["se"] ** 2 for c in ch)) / len(ch)
+    xm, vm = float(np.mean([c["mean"] for c in ch])), float(np.mean([c["value"] for c in ch]))
+    calls, z = sum(c["samples"] for c in ch), (xm - vm) / se if se > 0 else 0.0
+    rows.append(common.row(label, ch[0]["P"], "check_accepted_per_call", xm, 1.96 * se, calls, seed, value=vm, z=z,
+                           **extra))  # fmt: skip
+    return rows
+
+
+def _paired_rows(params, label, pts, seed) -> list[dict]:
+    """Drafter a minus drafter b (fixed builders) per P, paired over the same prompts (t interval)."""
+    rows, ds = [], list(zip(*[p["drafters"] for p in pts], strict=True))
+    for i, j in itertools.combinations(range(len(ds)), 2):
+        a, b = ds[i], ds[j]
+        fa, fb = fixed_builder(a[0]["values"]), fixed_builder(b[0]["values"])
+        for P in params["P"]:
+            m, c = paired_ci95([x["values"][fa][P - 1] for x in a], [x["values"][fb][P - 1] for x in b])
+            rows.append(common.row(label, P, "paired_difference", _finite(m), _finite(c), len(pts), seed,
+                                   drafter=a[0]["name"], other=b[0]["name"], task=pts[0]["task"]))  # fmt: skip
+    return rows
+
+
+def _task_rows(params, task, pts, cal) -> list[dict]:
+    label, seed = f"{params['model']}/{task}", params["seed"]
+    rows = _oracle_rows(params, label, task, pts, seed)
+    for j in range(len(pts[0]["drafters"])):
+        rows += _drafter_rows(params, label, pts, j, cal, seed)
+    return rows + _paired_rows(params, label, pts, seed)
 
 
 def aggregate(params: dict, points: list[dict], cal: dict) -> list[dict]:
@@ -202,6 +281,9 @@ def aggregate(params: dict, points: list[dict], cal: dict) -> list[dict]:
         rows += _task_rows(params, task, [p for p in points if p["task"] == task], cal)
     secs = sum(p["seconds"] for p in points)
     rows.append(common.row(params["model"], None, "model_phase_seconds", secs, 0.0, len(points), params["seed"]))
+    for ph in dict.fromkeys(k for p in points for k in p.get("phases", {})):
+        vals = [p["phases"][ph] for p in points if ph in p.get("phases", {})]
+        rows.append(_ci_row(params["model"], None, "seconds_per_prompt", vals, len(vals), params["seed"], phase=ph))
     return rows
 
 
@@ -216,31 +298,38 @@ def figure(rows: list[dict]):
             pts = sorted(
                 (r["P"], r["mean"], r["ci95"]) for r in sel if r["statistic"] == stat and r["drafter"] == drafter
             )
-            return [p[0] for p in pts], [p[1] for p in pts], [0.0 if not math.isfinite(p[2]) else p[2] for p in pts]
+            return [p[0] for p in pts], [p[1] for p in pts], [0.0 if _finite(p[2]) is None else p[2] for p in pts]
 
         P, m, ci = series("oracle")
         ax.errorbar(P, m, yerr=ci, fmt="o-", color="k", lw=2, label="real oracle T*_P (speed of light)", zorder=5)
         P, m, _ = series("dual_bound")
         ax.plot(P, m, "-.", color="k", lw=1, label="dual bound (rigorous, upper 97.5%)")
-        names = list(dict.fromkeys(r["drafter"] for r in sel if r["statistic"] == "best"))
+        names = list(dict.fromkeys(r["drafter"] for r in sel if r["statistic"] == "fixed"))
         for c, name in enumerate(names):
             col = common.PALETTE[(c + 1) % len(common.PALETTE)]
-            P, m, ci = series("best", name)
+            P, m, ci = series("fixed", name)
             kl = [r["mean"] for r in sel if r["statistic"] == "kl" and r["drafter"] == name]
             tag = f" (KL {kl[0]:.2f})" if kl else ""
-            ax.errorbar(P, m, yerr=ci, fmt="s-", color=col, ms=3, label=f"{name}: best builder{tag}")
+            fixed = next(r["builder"] for r in sel if r["statistic"] == "fixed" and r["drafter"] == name)
+            ax.errorbar(P, m, yerr=ci, fmt="s-", color=col, ms=3, label=f"{name}: {fixed}{tag}")
             P, m, _ = series("ik_lorden", name)
             if P:
                 ax.plot(P, m, ":", color=col, lw=1.3)
         ik = "dotted: imperfect-knowledge prediction s_P/mu_q + mu_2q/mu_q^2 - 1"
         ax.plot([], [], ":", color="grey", lw=1.3, label=ik)
         ax.set_xscale("log", base=2)
-        ax.set_title(label, fontsize=9)
+        n = next(r["trees"] for r in sel if r["statistic"] == "oracle")
+        ax.set_title(f"{label}, {n} prompts (95% t intervals)", fontsize=9)
         ax.set_xlabel("verifier budget P (draft tokens per call)")
         ax.set_ylabel("E[X], accepted draft tokens per call")
         ax.legend(loc="upper left", fontsize=6.3)
     fig.suptitle("Real drafters vs the real oracle on SmolLM2-135M (T = 1); tokens per call = X + 1", fontsize=10)
     return fig
+
+
+def _pm(r) -> str:
+    c = r["ci95"]
+    return f"{r['mean']:.2f} ± {c:.2f}" if c is not None else f"{r['mean']:.2f}"
 
 
 def table(rows: list[dict], params: dict) -> str:
@@ -250,11 +339,11 @@ def table(rows: list[dict], params: dict) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     get = {(r["law"], r["drafter"], r["statistic"], r["P"]): r for r in rows if "drafter" in r}
     for label in dict.fromkeys(r["law"] for r in rows if r["statistic"] == "oracle"):
-        for name in dict.fromkeys(r["drafter"] for r in rows if r["law"] == label and r["statistic"] == "best"):
+        for name in dict.fromkeys(r["drafter"] for r in rows if r["law"] == label and r["statistic"] == "fixed"):
             cells = []
             for P in Ps:
                 r = get.get((label, name, "fraction_of_oracle", P))
-                cells.append(f"{r['mean']:.2f} ± {r['ci95']:.2f} ({r['builder']})" if r else "")
+                cells.append(_pm(r) + f" ({r['builder']})" if r else "")
             kl, ce = (get.get((label, name, k, None)) for k in ("kl", "cross_entropy"))
             hk = get.get((label, name, "heldout_kl", None))
             ck = next(
@@ -262,26 +351,37 @@ def table(rows: list[dict], params: dict) -> str:
                 for r in rows
                 if r.get("drafter") == name and r["law"] == label and r["statistic"] == "check_accepted_per_call"
             )
-            fmt = lambda r: f"{r['mean']:.2f} ± {r['ci95']:.2f}" if r else "n/a (no q)"  # noqa: E731
-            cells += [fmt(kl), fmt(ce), f"{hk['mean']:.2f}" if hk else "n/a"]
+            cells += [
+                _pm(kl) if kl else "n/a (no q)",
+                _pm(ce) if ce else "n/a (no q)",
+                f"{hk['mean']:.2f}" if hk else "n/a",
+            ]
             cells += [f"{ck['mean']:.3f} ± {ck['ci95']:.3f} (P={ck['P']})", f"{ck['value']:.3f} (z = {ck['z']:+.2f})"]
             lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
-    lines += ["", "X = accepted draft tokens per verifier call; published acceptance lengths tau = X + 1.",
+    lines += ["", "Fractions: the builder fixed in advance (topq for a drafter with a q, lookup_tree for a proposer), "
+              "mean of per-prompt ratios with a 95% Student-t interval over the prompts.",
+              "X = accepted draft tokens per verifier call; published acceptance lengths tau = X + 1.",
               "Published (context only; large targets with trained heads, T = 0):"]  # fmt: skip
     lines += [f"- {what}: tau = {tau:.2f}, i.e. X = {tau - 1:.2f} ({src})" for what, tau, src in PUBLISHED]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> dict:
-    args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
-    params = settings(args.quick, args.seed)
+    ap = common.parser(NAME, __doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=None, help="prompts per task (default 64; quick: 1)")
+    args = ap.parse_args(argv)
+    if args.n is not None and args.n < 1:
+        ap.error("--n must be at least 1")
+    params = settings(args.quick, args.seed, args.n)
     from brwsim.llm import require_llm
-    from brwsim.llm.sources import load_prompts
 
     require_llm()
-    points = [prompt_point(params, p) for p in load_prompts(params["prompts"], params["n"])]
+    order = common.prompt_order(params["prompts"].split(","), params["n"], params["seed"])
+    points = [prompt_point(params, p) for p in order]
     rows = aggregate(params, points, _calibration(params))
     common.write_rows(NAME, rows)
+    with open(common.out_dirs()[0] / f"{NAME}_prompts.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in prompt_rows(params, points))
     png = common.save_figure(figure(rows), NAME)
     tab = table(rows, params)
     path = common.out_dirs()[1] / f"{NAME}_table.md"

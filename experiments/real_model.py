@@ -1,55 +1,113 @@
-"""Real model: the real oracle tree vs the i.i.d. surrogate vs the bounds.
+"""Real model: the real oracle tree vs the i.i.d. surrogate vs the bounds, on code, prose and chat.
 
-For SmolLM2-135M-Instruct (the shipped model) on HumanEval prompts (code) and
-on English prose (``pydoc``: opening sentences of the Python reference
-manual's topics, shipped with CPython), per task: mu and mu_2 along the
-model's own sampled continuations; E[X] of the real oracle tree T*_P (exact
-best-first search on the real token tree); the i.i.d. surrogate (the same
-visited distributions as a ``pool`` law, simulated with brwsim.simulate);
-the Theorem 1 leading term, ``renewal`` and ``asymptotic`` with the real
-mu, mu_2; the empirical ``splitting`` and ``dual`` bounds ((e) of docs/theory.md) when
-brwsim.theory provides them. X = accepted draft tokens per verifier call
-(tokens per call = X + 1).
+For SmolLM2-135M-Instruct (the shipped model) on three tasks: HumanEval
+prompts (code), English prose (``pydoc``: opening sentences of paragraphs of
+the Python reference manual's topics, shipped with CPython) and chat
+(``sharegpt``: first user turns of the ShareGPT evaluation split). Per task:
+mu and mu_2 along the model's own sampled continuations; E[X] of the real
+oracle tree T*_P (exact best-first search on the real token tree); the i.i.d.
+surrogate (the same visited distributions as a ``pool`` law, simulated with
+brwsim.simulate); the Theorem 1 leading term, ``renewal`` and ``asymptotic``
+with the real mu, mu_2; the empirical ``splitting`` and ``dual`` bounds ((e)
+of docs/theory.md). Intervals over prompts are Student t. X = accepted draft
+tokens per verifier call (tokens per call = X + 1).
 
-Writes results/real_model.{csv,jsonl}, results/real_model_entropy.csv (rows
-for the entropy table) and figures/real_model.{png,pdf}. ``--quick``: two
-prompts per task, short walks, P <= 16 (about two minutes here).
+Prompts: ``n`` per task, evenly spaced over the source, then measured in a
+seeded random order, tasks interleaved, so that a run stopped by its time
+budget (``--budget-seconds``) scores a random subset of the same size (+-1)
+on every task; the real counts are in the rows.
+
+Writes results/real_model.{csv,jsonl} (summaries), results/real_model_prompts.jsonl
+(one row per prompt and P: the oracle value, the prompt's mean H and M2, its
+model seconds per phase; written as the run goes), results/real_model_entropy.csv
+(rows for the entropy table) and figures/real_model.{png,pdf}. ``--quick``: two
+prompts per task, short walks, P <= 16.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import sys
+import time
+
+import numpy as np
 
 import brwsim
-from brwsim.llm.run import run_llm
+from brwsim._stats import mean_ci95
 from experiments import common
 
 NAME = "real_model"
+TASKS = ("humaneval", "pydoc", "sharegpt")
 BOUNDS = ["theorem1_leading", "renewal", "asymptotic", "splitting", "dual"]
+PHASES = ("open", "walks", "oracle")
 
 
-def settings(quick: bool, seed: int) -> dict:
+def settings(quick: bool, seed: int, n: int | None = None, budget: float | None = None) -> dict:
+    base = dict(model="smollm2-135m", tasks=list(TASKS), seed=seed, batch=4, dtype="float32", threads=1,
+                budget_seconds=budget)  # fmt: skip
     if quick:
-        return dict(model="smollm2-135m", prompts="humaneval,pydoc", n=2, P=[1, 2, 4, 8, 16], walks=8, depth=16,
-                    trees=300, seed=seed, batch=4, dtype="float32", threads=1)  # fmt: skip
-    return dict(model="smollm2-135m", prompts="humaneval,pydoc", n=8, P=[1, 2, 4, 8, 16, 32, 64, 128],
-                walks=16, depth=48, trees=2000, seed=seed, batch=4, dtype="float32", threads=1)  # fmt: skip
+        return base | dict(n=n or 2, P=[1, 2, 4, 8, 16], walks=8, depth=12, trees=300)
+    return base | dict(n=n or 64, P=[1, 2, 4, 8, 16, 32, 64], walks=8, depth=32, trees=2000, batch=8)
+
+
+def _prompt_rows(r, P_list) -> list[dict]:
+    """One row per P of one measured prompt (the re-analysable record)."""
+    H, M2 = float(np.nanmean(r.walks.H)), float(np.nanmean(r.walks.M2))
+    base = dict(task=r.prompt.task, id=r.prompt.id, prompt_tokens=r.n_tokens, H=H, M2=M2,
+                seconds={k: round(v, 4) for k, v in r.phases.items()})  # fmt: skip
+    return [base | dict(P=P, oracle=float(r.oracle.values[P - 1])) for P in P_list]
+
+
+def measure(params: dict, log) -> tuple[dict, float, float]:
+    """({task: [PromptResult]}, model seconds, forward seconds); stops starting prompts after the budget."""
+    from brwsim.llm.measure import open_and_measure
+    from brwsim.llm.sources import load_source
+
+    items = common.prompt_order(params["tasks"], params["n"], params["seed"])
+    source = load_source(params["model"], dtype=params["dtype"], threads=params["threads"])
+    t0, f0, by_task = time.perf_counter(), source.forward_seconds, {t: [] for t in params["tasks"]}
+    results, _ = common.out_dirs()
+    results.mkdir(parents=True, exist_ok=True)
+    with open(results / f"{NAME}_prompts.jsonl", "w") as f:
+        for i, p in enumerate(items):
+            if params["budget_seconds"] is not None and time.perf_counter() - t0 > params["budget_seconds"]:
+                log(f"time budget reached after {i} of {len(items)} prompts")
+                break
+            _, r = open_and_measure(source, p, max(params["P"]), params["walks"], params["depth"], params["seed"],
+                                    params["batch"])  # fmt: skip
+            by_task[p.task].append(r)
+            for row in _prompt_rows(r, params["P"]):
+                f.write(json.dumps(row) + "\n")
+            f.flush()
+            log(f"[{i + 1}/{len(items)}] {p.task} {p.id}: {r.n_tokens} tokens, {r.seconds:.1f} s")
+    return by_task, time.perf_counter() - t0, source.forward_seconds - f0
+
+
+def _phase_rows(label, rs, seed, extra) -> list[dict]:
+    rows = []
+    for ph in PHASES:
+        m, c = mean_ci95([r.phases[ph] for r in rs])
+        rows.append(common.row(label, None, f"seconds_{ph}", m, c, len(rs), seed, **extra))
+    return rows
 
 
 def compute(params: dict) -> list[dict]:
-    d = run_llm(**params, log=lambda m: print(m, file=sys.stderr, flush=True)).to_dict()
-    rows = []
-    tm = d["timing"]
-    for t in d["tasks"]:
-        label = f"{d['model']}/{t['task']}"
-        n = t["prompts"]
-        seed = params["seed"]
-        rows.append(common.row(label, None, "mu", t["mu"], t["mu_ci95"], n, seed, model=d["model"], task=t["task"]))
-        rows.append(common.row(label, None, "mu2", t["mu2"], t["mu2_ci95"], n, seed, model=d["model"], task=t["task"]))
+    from brwsim.llm.measure import summarize_task
+
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    by_task, model_s, fwd_s = measure(params, log)
+    rows, seed = [], params["seed"]
+    for task, rs in by_task.items():
+        if len(rs) < 2:
+            continue
+        t = summarize_task(task, rs, params["P"], surrogate_trees=params["trees"], seed=seed).to_dict()
+        label, n, extra = f"{params['model']}/{task}", len(rs), dict(model=params["model"], task=task)
+        rows.append(common.row(label, None, "mu", t["mu"], t["mu_ci95"], n, seed, **extra))
+        rows.append(common.row(label, None, "mu2", t["mu2"], t["mu2_ci95"], n, seed, **extra))
+        rows += _phase_rows(label, rs, seed, extra)
         for r in t["results"]:
-            extra = dict(model=d["model"], task=t["task"])
             rows.append(common.row(label, r["P"], "oracle", r["mean"], r["ci95"], n, seed, **extra))
             sur, sur_ci = r["surrogate"], r["surrogate_ci95"]
             rows.append(common.row(label, r["P"], "surrogate", sur, sur_ci, params["trees"], seed, **extra))
@@ -57,10 +115,10 @@ def compute(params: dict) -> list[dict]:
                 v = common.bound_value(r, b)
                 if v is not None:
                     rows.append(common.row(label, r["P"], b, v, 0.0, n, seed, **extra))
-    rows.append(
-        common.row(d["model"], None, "forward_fraction", tm["forward_fraction"], 0.0, 0, params["seed"],
-                   model_phase_seconds=tm["model_phase_seconds"], forward_seconds=tm["forward_seconds"])
-    )  # fmt: skip
+    prompts = sum(len(rs) for rs in by_task.values())
+    frac = fwd_s / model_s if model_s > 0 else None
+    rows.append(common.row(params["model"], None, "forward_fraction", frac, 0.0, prompts, seed,
+                           model_phase_seconds=model_s, forward_seconds=fwd_s))  # fmt: skip
     return rows
 
 
@@ -87,11 +145,13 @@ def figure(rows: list[dict]):
         ax.set_xscale("log", base=2)
         top = max(r["mean"] for r in sel if r["statistic"] in ("oracle", "surrogate"))
         ax.set_ylim(0, 1.6 * top + 0.5)
-        ax.set_title(f"{label} (mu = {mu:.2f} nats)", fontsize=9)
+        n = next(r["trees"] for r in sel if r["statistic"] == "oracle")
+        ax.set_title(f"{label}, {n} prompts (mu = {mu:.2f} nats)", fontsize=9)
         ax.set_xlabel("verifier budget P (draft tokens per call)")
         ax.set_ylabel("E[X], accepted draft tokens per call")
         ax.legend(loc="upper left")
-    fig.suptitle("Real token tree vs i.i.d. surrogate vs bounds (tokens per call = X + 1)", fontsize=10)
+    title = "Real token tree vs i.i.d. surrogate vs bounds (95% t intervals over prompts; tokens per call = X + 1)"
+    fig.suptitle(title, fontsize=10)
     return fig
 
 
@@ -110,8 +170,13 @@ def write_entropy(rows: list[dict]) -> None:
 
 
 def main(argv=None) -> dict:
-    args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
-    params = settings(args.quick, args.seed)
+    ap = common.parser(NAME, __doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=None, help="prompts per task (default 64; quick: 2)")
+    ap.add_argument("--budget-seconds", type=float, default=None, help="start no prompt after this many seconds")
+    args = ap.parse_args(argv)
+    if args.n is not None and args.n < 2:
+        ap.error("--n must be at least 2")
+    params = settings(args.quick, args.seed, args.n, args.budget_seconds)
     rows = common.cached(NAME, {**params, "version": brwsim.__version__}, lambda: compute(params))
     common.write_rows(NAME, rows)
     write_entropy(rows)
@@ -119,7 +184,7 @@ def main(argv=None) -> dict:
     lines = []
     for r in rows:
         if r["statistic"] in ("mu", "mu2", "forward_fraction") or r["P"] in (1, 8, 64):
-            lines.append(f"{r['law']} P={r['P']} {r['statistic']}: {r['mean']:.4f} +- {r['ci95']:.4f}")
+            lines.append(f"{r['law']} P={r['P']} {r['statistic']}: {r['mean']:.4f} +- {r['ci95']:.4f} (n={r['trees']})")
     return {"name": NAME, "figures": [png], "rows": len(rows), "summary": lines}
 
 

@@ -16,7 +16,12 @@ TFLOP/s dense BF16; context 512, no fixed overhead) for Llama-shaped 1B and
 would not fit one 80 GB H100): a what-if on the cost side only, the curves
 reuse the 135M model's E[X], extrapolated past its largest measured budget
 along its slope in ln P (a prediction; dotted). The best P of each curve is
-marked.
+marked. On this CPU t_verify is the median of repeats taken in interleaved
+rounds over every P, fitted non-decreasing in P (a dip at a larger P is timing
+noise), and the best P of the oracle is reported as a set: the budgets whose
+speedup the data do not tell apart from the best (a paired bootstrap over the
+real-model run's prompts and the timing repeats; brwsim.speedup.best_P_set),
+the smallest of them named.
 Writes results/speedup.{csv,jsonl}, results/speedup_cpu_cost.csv and
 figures/speedup.{png,pdf}. ``--quick``: fewer budgets and repeats for the CPU
 timing (seconds).
@@ -33,7 +38,15 @@ from pathlib import Path
 
 import brwsim
 from brwsim.errors import BrwsimError
-from brwsim.speedup import TableCost, drafter_pass_cost, measured_cost, speedup_table, verify_cost
+from brwsim.speedup import (
+    DraftCost,
+    TableCost,
+    best_P_set,
+    drafter_pass_cost,
+    measured_cost,
+    speedup_table,
+    verify_cost,
+)
 from experiments import common
 
 NAME = "speedup"
@@ -48,8 +61,8 @@ GPU_P_MAX = 4096  # E[X] past the measured budgets: extrapolated (a prediction),
 
 def settings(quick: bool, seed: int) -> dict:
     if quick:
-        return dict(P=[1, 2, 4, 8, 16], context=256, repeats=3, seed=seed)
-    return dict(P=[1, 2, 4, 8, 16, 32, 64, 128], context=256, repeats=7, seed=seed)
+        return dict(P=[1, 2, 4, 8, 16], context=256, repeats=3, seed=seed, replicates=200)
+    return dict(P=[1, 2, 4, 8, 16, 32, 64], context=256, repeats=9, seed=seed, replicates=2000)
 
 
 def _read(name: str) -> list[dict]:
@@ -64,7 +77,13 @@ def _read(name: str) -> list[dict]:
 
 
 def cpu_cost(params: dict, P_list: list[int]) -> TableCost:
-    """The measured t_verify of the shipped model on this CPU (cached per machine)."""
+    """The measured t_verify of the shipped model on this CPU: medians of the repeats, fitted non-decreasing in P."""
+    times = cpu_times(params, P_list)
+    return measured_cost(times, f"measured here: {MODEL}, fp32, 1 thread")
+
+
+def cpu_times(params: dict, P_list: list[int]) -> dict[int, list[float]]:
+    """The repeats of t_verify of the shipped model on this CPU, taken in interleaved rounds (cached per machine)."""
 
     def compute():
         from brwsim.llm.sources import load_source
@@ -76,8 +95,23 @@ def cpu_cost(params: dict, P_list: list[int]) -> TableCost:
 
     key = {"what": "cpu_cost", "P": P_list, "machine": platform.machine(), "node": platform.node()}
     key |= {k: params[k] for k in ("context", "repeats", "seed")} | {"version": brwsim.__version__}
-    rows = common.cached(NAME, key, compute)
-    return measured_cost({r["P"]: r["times"] for r in rows}, f"measured here: {MODEL}, fp32, 1 thread")
+    return {r["P"]: r["times"] for r in common.cached(NAME, key, compute)}
+
+
+def best_sets(params: dict) -> list[tuple[str, object]]:
+    """(task, :class:`brwsim.speedup.BestP`) of the oracle on this CPU per task: bootstrap over the real-model run's
+    prompts (results/real_model_prompts.jsonl) and the timing repeats, t_verify fitted non-decreasing in P."""
+    per = _read("real_model_prompts")
+    times = cpu_times(params, params["P"])
+    out = []
+    for task in dict.fromkeys(r["task"] for r in per):
+        ex: dict[int, list[float]] = {}
+        for r in per:
+            if r["task"] == task and r["P"] in times:
+                ex.setdefault(r["P"], []).append(r["oracle"])
+        if ex and len(set(map(len, ex.values()))) == 1:
+            out.append((task, best_P_set(ex, times, replicates=params["replicates"], seed=params["seed"])))
+    return out
 
 
 def _ex(rows: list[dict], label: str, stat: str, k=None, P_max: int = 10**9) -> list[tuple]:
@@ -135,6 +169,93 @@ def _best_drafter(rows: list[dict], label: str, cost, P_max: int):
             s = max(r.speedup for r in t.rows[1:])
             best, top = (t, s) if s > top else (best, top)
     return best
+
+
+def _drafter_ex(rows: list[dict], label: str, name: str, P_max: int) -> list[tuple]:
+    """The drafter's E[X] per P with the builder fixed in advance (rows written before that rule: its ``topq`` or
+    ``lookup_tree`` builder, the same fixed choice)."""
+    for stat in ("fixed", "topq", "lookup_tree"):
+        sel = [r for r in rows if r["law"] == label and r.get("drafter") == name and r["statistic"] == stat]
+        ex = sorted((r["P"], r["mean"], r["ci95"] or 0.0) for r in sel if r["P"] and r["P"] <= P_max)
+        if ex:
+            return ex
+    return []
+
+
+def drafter_costs(params: dict, names: list[str]) -> dict:
+    """Per real drafter: one pass's seconds measured on this CPU (None when it has no model of its own to time)
+    and its modelled fraction of a target step; and the h100 roofline t_verify with the target's shapes
+    (cached per machine)."""
+
+    def compute():
+        from brwsim.llm.drafters import open_drafter
+        from brwsim.llm.sources import load_source
+        from brwsim.speedup import measure_draft_cost
+
+        src = load_source(MODEL, threads=1)
+        h100 = verify_cost(GPU, source=src, context=512)
+        out = [{"name": "h100", "points": {str(P): h100.t_verify(P) for P in [0, *params["P"]]}}]
+        for name in names:
+            if name.startswith("eagle-head"):  # a head: one decoder layer and the LM head (not timed on its own)
+                out.append({"name": name, "t_pass": None, "fraction": 1.0 / LAYERS})
+                continue
+            d = open_drafter(name, src)
+            dc = measure_draft_cost(d, context=params["context"], repeats=params["repeats"])
+            out.append({"name": name, "t_pass": dc.t_pass if dc else None, "fraction": d.cost_fraction()})
+        return out
+
+    key = {"what": "drafter_costs", "names": names, "P": params["P"], "node": platform.node()}
+    key |= {k: params[k] for k in ("context", "repeats")} | {"version": brwsim.__version__}
+    return {r["name"]: r for r in common.cached(NAME, key, compute)}
+
+
+def _draft_cost(c: dict, t0: float, where: str) -> DraftCost:
+    if where == "cpu" and c["t_pass"] is not None:
+        return DraftCost(c["t_pass"], "P", f"{c['name']}: measured here, one pass per drafted token", "measured")
+    f = c["fraction"] or 0.0
+    return DraftCost(t0 * f, "P", f"{c['name']}: {f:.3g} of a target step per pass (modelled)", "modelled")
+
+
+def drafter_tables(params: dict, cpu) -> list[tuple[str, str, str, object]]:
+    """(panel, task, drafter, SpeedupTable) for the oracle and every real drafter of the real-drafters rows (the
+    same prompts), with each drafter's draft cost: measured here on the CPU, modelled on the h100 roofline."""
+    rows = _read("real_drafters")
+    names = list(dict.fromkeys(r["drafter"] for r in rows if r.get("drafter")))
+    if not names:
+        return []
+    costs = drafter_costs(params, names)
+    h100 = TableCost({int(P): t for P, t in costs["h100"]["points"].items()}, "roofline", f"{GPU} roofline, L=512")
+    P_max, out = max(params["P"]), []
+    for label in dict.fromkeys(r["law"] for r in rows if r["statistic"] == "oracle"):
+        task = label.split("/")[-1]
+        oracle = _ex(rows, label, "oracle", P_max=P_max)
+        for panel, cost in (("cpu", cpu), (GPU, h100)):
+            out.append((panel, task, "oracle (speed of light)", speedup_table(oracle, cost)))
+            for name in names:
+                ex = _drafter_ex(rows, label, name, P_max)
+                if ex:
+                    dc = _draft_cost(costs[name], cost.t_verify(0), panel)
+                    out.append((panel, task, name, speedup_table(ex, cost, dc, drafter=name)))
+    return out
+
+
+def drafter_figure(dt):
+    """Drafters ranked by their best speedup (bars), per panel and task; the oracle is the speed of light."""
+    plt = common.setup_matplotlib()
+    keys = list(dict.fromkeys((p, t) for p, t, _, _ in dt))
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.8), squeeze=False)
+    for ax, (panel, task) in zip(axes[0], keys, strict=True):
+        sel = sorted(((n, t.best) for p, k, n, t in dt if (p, k) == (panel, task)), key=lambda x: x[1].speedup)
+        y = range(len(sel))
+        ax.barh(list(y), [b.speedup for _, b in sel], xerr=[b.speedup_ci95 for _, b in sel], color=[
+            "k" if n.startswith("oracle") else common.PALETTE[1] for n, _ in sel])  # fmt: skip
+        ax.set_yticks(list(y), [f"{n} (P={b.P})" for n, b in sel], fontsize=7)
+        ax.axvline(1.0, color="grey", lw=0.8)
+        ax.set_title(f"{task}, {'this CPU (measured)' if panel == 'cpu' else 'H100 roofline'}", fontsize=9)
+        ax.set_xlabel("best speedup over plain decoding (estimate)")
+    fig.suptitle("Real drafters ranked by planned speedup (fixed builder; draft cost included)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def _colour(name: str) -> str:
@@ -206,13 +327,28 @@ def main(argv=None) -> dict:
         lines.append(
             f"{panel} {name}: best P = {b.P}{edge}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} (estimate)"
         )
-    common.write_rows(NAME, rows)
+    for task, b in best_sets(params):
+        rows.append(common.row(f"{MODEL}/{task}", b.smallest, "best_P_set", b.speedup[b.smallest], None, b.replicates,
+                               params["seed"], near_best=b.near_best, P_hat=b.P_hat, argmax_share=b.argmax_share,
+                               panel="cpu", cost="measured, isotonic fit"))  # fmt: skip
+        lines.append(f"cpu oracle, {task}: best P set {b.near_best} (bootstrap over prompts and repeats), smallest "
+                     f"{b.smallest}; point best {b.P_hat}")  # fmt: skip
     cost = next(c[2].cost for c in curves if c[0] == "cpu")
+    dt = drafter_tables(params, cost)
+    for panel, task, name, t in dt:
+        b = t.best
+        rows.append(common.row(f"{MODEL}/{task}", b.P, "drafter_best_speedup", b.speedup, b.speedup_ci95, 0,
+                               params["seed"], panel=panel, drafter=name, t_pass=t.draft.t_pass,
+                               draft_cost=t.draft.kind, ex=b.ex))  # fmt: skip
+        lines.append(f"{panel} {task} {name}: best P = {b.P}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
+                     f"(draft pass {1e3 * t.draft.t_pass:.3g} ms, {t.draft.kind})")  # fmt: skip
+    figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []
+    common.write_rows(NAME, rows)
     write_cpu_cost(cost)
     ms = ", ".join(f"P={P} {1e3 * s:.0f}" for P, s in sorted(cost.points.items()))
-    lines.append(f"measured t_verify here (ms, median of {params['repeats']}): {ms}")
+    lines.append(f"measured t_verify here (ms, median of {params['repeats']} interleaved rounds, isotonic fit): {ms}")
     png = common.save_figure(figure(curves), NAME)
-    return {"name": NAME, "figures": [png], "rows": len(rows), "summary": lines}
+    return {"name": NAME, "figures": [png, *figs], "rows": len(rows), "summary": lines}
 
 
 if __name__ == "__main__":

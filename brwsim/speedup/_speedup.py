@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from .._stats import CONVENTION
 from ..errors import BrwsimError
 from ..estimate import SimulationResult
+from ..llm.drafters._report import fixed_builder
 from ..llm.results import DrafterResult, RunResult
-from ._costs import ORACLE, DraftCost, VerifyCost
+from ._costs import ORACLE, DraftCost, VerifyCost, isotonic_fit
 
 MEANING = (
     "speedup = tokens per second with speculation / without it = (E[X]+1) t_verify(0) / (t_verify(P) + t_draft(P)); "
@@ -129,7 +132,8 @@ def modelled_draft_cost(cost: VerifyCost, d: DrafterResult) -> DraftCost:
 
 def from_llm(run: RunResult, cost: VerifyCost, task: str | None = None, draft_costs=None) -> list[SpeedupTable]:
     """Speedup tables of a real-model run (a :class:`brwsim.llm.results.RunResult`): per task, the oracle (the speed
-    of light) and every real drafter's best tree at each P, with its draft cost: ``draft_costs[name]`` when given
+    of light) and every real drafter's tree of the builder fixed in advance (top-P-by-Q, or the lookup tree;
+    :func:`brwsim.llm.drafters._report.fixed_builder`) at each P, with its draft cost: ``draft_costs[name]`` when given
     (measured here), else :func:`modelled_draft_cost`."""
     out = []
     for t in run.task(task):
@@ -137,8 +141,67 @@ def from_llm(run: RunResult, cost: VerifyCost, task: str | None = None, draft_co
         out.append(speedup_table(t.ex(), cost, source=src))
         for d in t.drafters:
             draft = (draft_costs or {}).get(d.name) or modelled_draft_cost(cost, d)
-            ex = d.ex()
+            fixed = fixed_builder(d.builders)  # fixed in advance: no choice made on the scored prompts
+            ex = d.ex(fixed)
             if ex:
-                best = "/".join(dict.fromkeys(r.best_builder for r in d.rows if r.best_builder))
-                out.append(speedup_table(ex, cost, draft, drafter=f"{d.name} ({best})", source=src))
+                out.append(speedup_table(ex, cost, draft, drafter=f"{d.name} ({fixed})", source=src))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class BestP:
+    """The budgets whose speedup the data do not tell apart from the best (see :func:`best_P_set`)."""
+
+    P_hat: int  # the largest speedup of the point estimates
+    near_best: list[int]  # every P whose paired bootstrap difference to P_hat reaches 0
+    smallest: int  # the smallest of them: the budget to name
+    speedup: dict  # P -> point speedup
+    replicates: int
+    argmax_share: dict  # P -> share of bootstrap replicates in which P is the best
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _speedups(ex: np.ndarray, t: np.ndarray, Ps: Sequence[int], t_draft: Callable[[int], float]) -> np.ndarray:
+    """(E[X](P) + 1) t(0) / (t(P) + t_draft(P)) for each P of ``Ps`` (t[0] is P = 0)."""
+    return np.array([(ex[i] + 1.0) * t[0] / (t[i + 1] + t_draft(P)) for i, P in enumerate(Ps)])
+
+
+def best_P_set(
+    ex: Mapping[int, Sequence[float]],
+    times: Mapping[int, Sequence[float]],
+    t_draft: Callable[[int], float] = lambda P: 0.0,
+    replicates: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> BestP:
+    """The best budget as a set: per-prompt E[X | prompt] at each P (``ex[P]``, the same prompts in the same order
+    at every P) and timing repeats of t_verify (``times[P]``, P = 0 included). Each bootstrap replicate resamples
+    the prompts (jointly over P) and each budget's repeats, takes the medians, fits them non-decreasing in P
+    (:func:`isotonic_fit`) and computes the speedup at every P. A budget is in the set when the two-sided ``level``
+    bootstrap interval of its speedup minus that of the point-estimate best reaches 0. ``t_draft(P)``: seconds of
+    drafting per tree (0: the oracle, the speed of light)."""
+    Ps = sorted(int(P) for P in ex)
+    if 0 not in times or any(P not in times for P in Ps):
+        raise BrwsimError("best_P_set needs timing repeats at P = 0 and at every budget of ex")
+    X = np.array([np.asarray(ex[P], float) for P in Ps])  # [budgets, prompts]
+    T = [np.asarray(times[P], float) for P in [0, *Ps]]
+    w = [len(x) for x in T]
+
+    def fit(Tl):
+        return np.array(isotonic_fit([float(np.median(x)) for x in Tl], w))
+
+    S = _speedups(X.mean(1), fit(T), Ps, t_draft)
+    i_hat = int(np.argmax(S))  # the smallest P among exact ties
+    rng = np.random.default_rng(seed)
+    D, wins = np.empty((replicates, len(Ps))), np.zeros(len(Ps))
+    for b in range(replicates):
+        Xb = X[:, rng.integers(0, X.shape[1], X.shape[1])].mean(1)
+        Sb = _speedups(Xb, fit([x[rng.integers(0, len(x), len(x))] for x in T]), Ps, t_draft)
+        D[b] = Sb - Sb[i_hat]
+        wins[int(np.argmax(Sb))] += 1
+    hi = np.quantile(D, 0.5 + level / 2, axis=0)
+    near = [P for P, h in zip(Ps, hi, strict=True) if h >= -1e-12]
+    share = {P: float(c / replicates) for P, c in zip(Ps, wins, strict=True)}
+    return BestP(Ps[i_hat], near, min(near), {P: float(s) for P, s in zip(Ps, S, strict=True)}, replicates, share)

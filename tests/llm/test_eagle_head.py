@@ -172,3 +172,40 @@ def test_bad_config_and_inputs_are_one_line_errors(tiny, drafter):
         with pytest.raises(BrwsimError, match=msg) as e:
             make()
         assert "\n" not in str(e.value)
+
+
+def test_sharegpt_windows_come_from_training_conversations_with_a_disjoint_heldout_side():
+    from brwsim.llm.drafters.eagle_head import _data
+
+    texts = [f"User: question {i} " + "word " * 40 + f"\n\nAssistant: answer {i}" for i in range(60)]
+
+    def tok(text, add_special_tokens=False):
+        return {"input_ids": [len(w) + 7 * (i % 3) for i, w in enumerate(text.split())]}
+
+    train, used = _data.sharegpt_chunks(tok, 8, 16, 1, seed=0, heldout=False, texts=texts)
+    held, hused = _data.sharegpt_chunks(tok, 2, 16, 1, seed=0, heldout=True, texts=texts)
+    assert train.shape == (8, 16) and held.shape == (2, 16)
+    assert len(used) == 8 and not set(used) & set(hused)  # one window per conversation; the sides are disjoint
+    again, _ = _data.sharegpt_chunks(tok, 8, 16, 1, seed=0, heldout=False, texts=texts)
+    assert np.array_equal(train, again)
+    with pytest.raises(BrwsimError, match="gave only"):
+        _data.sharegpt_chunks(tok, 100, 16, 1, seed=0, heldout=False, texts=texts)
+
+
+def test_chat_corpus_option_trains_the_quick_head_on_sharegpt(tiny, cache, monkeypatch):
+    from brwsim.llm.drafters import eagle_head, open_drafter
+    from brwsim.llm.drafters.eagle_head import _data
+    from brwsim.llm.sources._sharegpt import chat_prompts
+
+    with pytest.raises(BrwsimError, match="corpus must be"):
+        eagle_head.config_from(True, corpus="wiki")
+    cfg = eagle_head.config_from(True, corpus="sharegpt")
+    assert cfg.key({}) != eagle_head.QUICK.key({})
+    monkeypatch.setenv("BRWSIM_CACHE", str(cache))
+    d = open_drafter("eagle-head:quick,chat", tiny)
+    assert d.name == "eagle-head-quick-chat" and d.meta["config"]["corpus"] == "sharegpt"
+    # no training conversation opens with an evaluation prompt (ShareGPT repeats conversations under other ids)
+    train = _data.chat_training_texts()
+    starts = {f"User: {t}\n\nAssistant: " for _, t in chat_prompts()}
+    assert len(train) > 10_000 and not any(t[: t.find("\n\nAssistant: ") + 13] in starts for t in train)
+    assert _data.CORPORA == ("stdlib", "sharegpt")

@@ -321,10 +321,14 @@ def measure_prompt_drafters(
     views = [DraftView(d.context(ids), st.T) if d.has_q else None for d in drafters]
     sctx = _StatsContext(tctx, views)
     rng = prompt_rng(st.seed, prompt)
+    t1 = time.perf_counter()
     w = sample_walks(sctx, st.walks, st.depth, rng, P_max, eos) if st.walks > 0 else None
+    t2 = time.perf_counter()
     o = oracle_tree(tctx, P_max, batch=st.batch, eos=eos)
+    phases = {"open": t1 - t0, "walks": t2 - t1, "oracle": time.perf_counter() - t2}
     out = []
     for i, (d, view) in enumerate(zip(drafters, views, strict=True)):
+        t3 = time.perf_counter()
         if view is None:
             nodes = {"lookup_tree": d.tree(ids, P_max), "lookup_chain": d.chain(ids, P_max)}
             values = {b: prefix_values(tctx, n, P_max) for b, n in nodes.items()}
@@ -333,7 +337,9 @@ def measure_prompt_drafters(
             nodes, values, s_P = _model_trees(view, tctx, P_max, rates[i] if rates else None, st, eos)
             xq = q_surprisals(view, w.tokens, st.depth) if w is not None else None
             stats = np.concatenate(sctx.stats[i]) if sctx.stats[i] else None
+        t4 = time.perf_counter()
         check = _checked(nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else None
+        phases[f"drafter:{d.name}"], phases[f"check:{d.name}"] = t4 - t3, time.perf_counter() - t4
         passes = int(view.dctx.passes) if view is not None else 0
         out.append(DraftedPrompt(d.name, values, stats, xq, s_P, check, passes))
-    return PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0), out
+    return PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0, phases), out

@@ -1,12 +1,15 @@
 """Per-task summaries of real drafters (the ``drafters`` objects of ``brwsim llm --drafter``) and their table.
 
-Every mean carries its 95% half-width over prompts. ``best`` is, per P, the
-builder with the largest mean (chosen on the same prompts: slightly
-optimistic). The imperfect-knowledge columns (docs/theory.md, "Imperfect
-knowledge"): ``ik_bound`` = C_q(s_P) from the target's walks (its upper
-97.5% value; C_q(s_P) bounds the top-P-by-Q value and equals it up to ties,
-so this is a consistency check of the valuation, valid only if no walk was
-truncated below the threshold) and ``ik_lorden`` = mean s_P / mu_q + mu_2q /
+Every mean carries its 95% Student-t half-width over prompts. ``best`` is, per
+P, the builder with the largest mean (chosen on the same prompts it is scored
+on: optimistic, shown for context only). ``fraction_of_oracle`` uses the
+builder fixed in advance (:data:`FIXED_BUILDERS`: top-P-by-Q for a drafter
+with a q, the lookup tree for a proposer), so no selection touches the scored
+prompts. The imperfect-knowledge columns (docs/theory.md, "Imperfect
+knowledge"): ``ik_bound`` = C_q(s_P) from the target's walks (the estimate
+plus its margin); C_q(s_P) equals the top-P-by-Q value up to ties, an
+identity, so this is a consistency check of the valuation, not a bound on
+anything else (valid only if no walk was truncated below the threshold) and ``ik_lorden`` = mean s_P / mu_q + mu_2q /
 mu_q^2 - 1, the cross-entropy form (a prediction: rigorous only for i.i.d.
 steps and a fixed threshold).
 """
@@ -66,6 +69,15 @@ def _ik(results: list[DraftedPrompt], P: int, stats: dict) -> dict:
     return out
 
 
+FIXED_BUILDERS = ("topq", "lookup_tree")  # the scored builder: the first of these a drafter has
+
+
+def fixed_builder(builders) -> str:
+    """The builder a drafter is scored with, fixed before any prompt is measured: top-P-by-Q (the tree the
+    imperfect-knowledge identity values) for a drafter with a q, the lookup tree for a proposer."""
+    return next((b for b in FIXED_BUILDERS if b in builders), list(builders)[0])
+
+
 def _row(results: list[DraftedPrompt], oracle, builders, P: int, stats: dict) -> DrafterRow:
     values = {}
     for b in builders:
@@ -75,8 +87,9 @@ def _row(results: list[DraftedPrompt], oracle, builders, P: int, stats: dict) ->
     best = fr = None
     if values:
         best = max(values, key=lambda b: values[b][0])
+        fixed = fixed_builder(builders)
         pairs = zip(results, oracle, strict=True)
-        fr = mean_ci95([r.values[best][P - 1] / o[P - 1] if o[P - 1] > 0 else math.nan for r, o in pairs])
+        fr = mean_ci95([r.values[fixed][P - 1] / o[P - 1] if o[P - 1] > 0 else math.nan for r, o in pairs])
     return DrafterRow(P, values, best, *(fr or (None, None)), _ik(results, P, stats))
 
 
@@ -122,7 +135,8 @@ def print_drafters(t: dict, out) -> None:
             )
     if t.get("drafters"):
         print(
-            "  ik_bound: C_q(s_P), rigorous upper 97.5% value (if no walk truncated); ik_lorden: prediction "
-            "(i.i.d. steps); frac: best builder / oracle; sequoia at powers of two only",
+            "  ik_bound: C_q(s_P), equal to the topq value up to ties (a consistency check, not a bound); "
+            "ik_lorden: prediction (i.i.d. steps); frac: the fixed builder (topq, or lookup_tree) / oracle; "
+            "sequoia at powers of two only",
             file=out,
         )

@@ -1,4 +1,5 @@
-"""``eagle-head[:quick]``: the trained EAGLE-style head (:mod:`.eagle_head`) as a registered drafter."""
+"""``eagle-head[:quick][,chat]``: the trained EAGLE-style head (:mod:`.eagle_head`) as a registered drafter;
+``chat`` trains it on ShareGPT training conversations instead of the Python standard library."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ class EagleHead(DraftModel):
     """Registration only: :meth:`open` trains (or loads) the head; the draft model is
     :class:`.eagle_head._drafter.EagleDraftModel`."""
 
-    spec_keys = (set(), {"quick"})
-    flags = ("quick",)
+    spec_keys = (set(), {"quick", "chat"})
+    flags = ("quick", "chat")
     needs = (TransformersModel,)
-    example = "eagle-head[:quick]"
+    example = "eagle-head[:quick][,chat]"
 
     @classmethod
     def open(cls, spec: Spec, target, log=None) -> DraftModel:
         from . import eagle_head
 
-        return eagle_head.open_drafter(target, quick="quick" in spec.params, log=log)
+        cfg = eagle_head.config_from("quick" in spec.params, corpus="sharegpt" if "chat" in spec.params else "stdlib")
+        return eagle_head.open_drafter(target, log=log, config=cfg)

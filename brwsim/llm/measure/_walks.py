@@ -60,6 +60,7 @@ class PromptResult:
     walks: Walks
     oracle: OracleTree
     seconds: float
+    phases: dict = dataclasses.field(default_factory=dict)  # phase -> model seconds (open, walks, oracle, ...)
 
 
 def measure_prompt(source: LogitsSource, prompt: Prompt, P_max: int, **kw) -> PromptResult:
@@ -84,9 +85,13 @@ def open_and_measure(
     ctx = source.open(ids)
     K = max(K or 0, P_max)
     rng = prompt_rng(seed, prompt)
+    t1 = time.perf_counter()
     w = sample_walks(ctx, walks, depth, rng, K, source.eos_ids) if walks > 0 else None
+    t2 = time.perf_counter()
     o = oracle_tree(ctx, P_max, batch=batch, eos=source.eos_ids)
-    return ctx, PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0)
+    t3 = time.perf_counter()
+    phases = {"open": t1 - t0, "walks": t2 - t1, "oracle": t3 - t2}
+    return ctx, PromptResult(prompt, len(ids), w, o, t3 - t0, phases)
 
 
 def prompt_rng(seed: int, prompt: Prompt) -> np.random.Generator:

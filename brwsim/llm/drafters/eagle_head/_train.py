@@ -159,9 +159,10 @@ def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Hea
     say = log or (lambda _msg: None)
     t0 = time.perf_counter()
     tok, model = target.tokenizer, cpu_model(target.model)
-    ids, files = _data.chunks(tok, cfg.train_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, heldout=False)
-    hid, hfiles = _data.chunks(tok, cfg.heldout_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, heldout=True)
-    data, fp = _data.data_spec(ids, hid), fingerprint(target)
+    c = cfg.corpus
+    ids, files = _data.chunks(tok, cfg.train_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, False, c)
+    hid, hfiles = _data.chunks(tok, cfg.heldout_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, True, c)
+    data, fp = _data.data_spec(ids, hid, c), fingerprint(target)
     key = cfg.key({"data": data, "target": fp})
     dest = head_dir(target, key)
     cached = load(model, dest)
