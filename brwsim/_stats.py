@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-import scipy.stats
+import scipy.special
 
 from ._keys import item_keys
 
@@ -117,7 +117,7 @@ def t95(n: int) -> float:
     """
     if n < 2:
         raise ValueError(f"a t interval needs at least 2 values, got {n}")
-    return float(scipy.stats.t.ppf(0.975, n - 1))
+    return float(scipy.special.stdtrit(n - 1, 0.975))
 
 
 def mean_ci95(x) -> tuple[float, float]:

@@ -22,13 +22,6 @@ jax.config.update("jax_enable_x64", False)  # brwsim computes in float32; the te
 settings.register_profile("brwsim", deadline=None, derandomize=True)  # fixed examples: same run every time
 settings.load_profile("brwsim")
 
-# a Markov law mixing an indexed state (fixed) with a drawn one (dirichlet): the oracle's drawn-law path
-MIXED_MARKOV = {
-    "states": {"a": "fixed:probs=0.9/0.1", "b": "dirichlet:V=2,alpha=1"},
-    "initial": "a",
-    "kernel": {"a": [[0.5, 0.5]], "b": [[0.5, 0.5]]},
-}
-
 
 @pytest.fixture()
 def indexed_laws(tmp_path):

@@ -7,8 +7,8 @@ import math
 import jax
 import numpy as np
 import pytest
-from conftest import MIXED_MARKOV
 from jax.random import key
+from shared_laws import MIXED_MARKOV
 
 import brwsim
 from brwsim import entropy_moments, laws, tree_keys

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import MIXED_MARKOV
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.random import key
+from shared_laws import MIXED_MARKOV
 
 from brwsim import laws, resolve_devices, tree, tree_keys
 from brwsim.errors import BrwsimError

@@ -80,7 +80,11 @@ def scale_logits(y: jax.Array, c: float) -> jax.Array:
         c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
     else:  # traced: float32 arithmetic already overflows to inf and underflows to 0
         c32 = jnp.asarray(c, jnp.float32)
-    return jnp.where(y == 0, 0.0, jnp.where(jnp.isneginf(y), -jnp.inf, y * c32))
+    scaled = jnp.where(y == 0, 0.0, jnp.where(jnp.isneginf(y), -jnp.inf, y * c32))
+    # c = inf is the point mass on the largest entry, found by argmax: under XLA a value computed in two
+    # fusions (here the row's max and its entries) may differ in its last bits, so ``y == 0`` may hold nowhere
+    top = jnp.arange(y.shape[-1]) == jnp.argmax(y, axis=-1, keepdims=True)
+    return jnp.where(jnp.isposinf(c32), jnp.where(top, 0.0, -jnp.inf), scaled)
 
 
 def check_distribution(probs, what: str) -> np.ndarray:

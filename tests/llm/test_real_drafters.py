@@ -268,7 +268,7 @@ def test_threshold_counts_and_lorden_on_iid_steps():
 
 
 def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
-    """``eagle-head`` calls ``brwsim.llm.eagle_head.open_drafter(target, quick=..., log=...)`` and measures any object
+    """``eagle-head`` calls ``eagle_head.open_drafter(target, log=..., config=config_from(quick, corpus=...))``; any object
     that keeps the draft-model contract (here a stand-in without a KV cache: full recomputation per prefix)."""
     import importlib.machinery
     import sys
@@ -295,10 +295,11 @@ def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
     calls = []
     mod = types.ModuleType("brwsim.llm.drafters.eagle_head")
     mod.__spec__ = importlib.machinery.ModuleSpec("brwsim.llm.drafters.eagle_head", None)
-    mod.open_drafter = lambda target, quick=False, log=None: calls.append((target, quick)) or Head()
+    mod.config_from = lambda quick, **overrides: ("config", quick, overrides)
+    mod.open_drafter = lambda target, log=None, config=None: calls.append((target, config)) or Head()
     monkeypatch.setitem(sys.modules, "brwsim.llm.drafters.eagle_head", mod)
     d = open_llm_drafter("eagle-head:quick", tiny)
-    assert calls == [(tiny, True)] and d.name == "stand-in"
+    assert calls == [(tiny, ("config", True, {"corpus": "stdlib"}))] and d.name == "stand-in"
     st = DrafterSettings(walks=4, depth=4, check_samples=50, check_P=4, top_k=3, eagle_depth=2)
     pr, (out,) = measure_prompt_drafters(tiny, [d], Prompt("t", "0", "def x"), 8, st)
     np.testing.assert_allclose(out.values["topq"], pr.oracle.values, rtol=1e-5)  # the stand-in is the target
