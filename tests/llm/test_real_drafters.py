@@ -268,7 +268,7 @@ def test_threshold_counts_and_lorden_on_iid_steps():
 
 
 def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
-    """``eagle-head`` calls ``eagle_head.open_drafter(target, log=..., config=config_from(quick, corpus=...))``; any object
+    """``eagle-head`` calls ``eagle_head.open_drafter(target, log=..., config=config_from(quick, ...))``; any object
     that keeps the draft-model contract (here a stand-in without a KV cache: full recomputation per prefix)."""
     import importlib.machinery
     import sys
