@@ -298,6 +298,9 @@ def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
     mod.config_from = lambda quick, **overrides: ("config", quick, overrides)
     mod.open_drafter = lambda target, log=None, config=None: calls.append((target, config)) or Head()
     monkeypatch.setitem(sys.modules, "brwsim.llm.drafters.eagle_head", mod)
+    import brwsim.llm.drafters as drafters_pkg  # an imported real head is the package's attribute: replace it too
+
+    monkeypatch.setattr(drafters_pkg, "eagle_head", mod, raising=False)
     d = open_llm_drafter("eagle-head:quick", tiny)
     assert calls == [(tiny, ("config", True, {"corpus": "stdlib"}))] and d.name == "stand-in"
     st = DrafterSettings(walks=4, depth=4, check_samples=50, check_P=4, top_k=3, eagle_depth=2)
