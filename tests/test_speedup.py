@@ -81,6 +81,9 @@ def test_ci_is_carried_from_ex():
     assert r4.speedup == pytest.approx(3.0 * 2 / 4) and r4.speedup_ci95 == pytest.approx(0.3 * 2 / 4)
     assert r16.speedup_ci95 == 0.0  # a one-prompt NaN CI is not spread into the table
     assert t.best.P == 4 and t.near_best() == [4]
+    # the same table read back from strict JSON, where an undefined half-width is null
+    t_json = speedup_table([(4, 2.0, 0.3), (16, 3.0, None)], cost)
+    assert [r.speedup_ci95 for r in t_json.rows] == [r.speedup_ci95 for r in t.rows]
     wide = speedup_table([(4, 2.0, 3.0), (16, 5.0, 0.1)], cost)  # P=16: 1.5; P=4: 1.5 +- 1.5: cannot be told apart
     assert 4 in wide.near_best() and 16 in wide.near_best()
     assert t.to_dict()["best"] == {"P": 4, "speedup": 1.5, "speedup_ci95": pytest.approx(0.15), "at_edge": False}

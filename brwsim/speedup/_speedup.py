@@ -92,7 +92,8 @@ def speedup_table(
     source: str = "",
 ) -> SpeedupTable:
     """The table for E[X] given as ``(P, mean, ci95)`` triples (P >= 1; the P = 0 row is added: E[X] = 0)."""
-    pts = sorted((int(P), float(m), float(c)) for P, m, c in ex)
+    # a half-width read back from strict JSON is null (None) where it is undefined (one prompt)
+    pts = sorted((int(P), float(m), math.nan if c is None else float(c)) for P, m, c in ex)
     if not pts:
         raise BrwsimError("no E[X] values to turn into a speedup: give at least one budget P")
     if any(P < 1 for P, _, _ in pts):
