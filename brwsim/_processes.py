@@ -148,7 +148,7 @@ def start(
     process_id = process_id if process_id is not None else env[2]
     if not (auto or coordinator or num_processes is not None):
         return False
-    timeout, heartbeat = _check_seconds("timeout", timeout), _check_seconds("heartbeat", heartbeat)
+    timeout, heartbeat = _check_seconds("join-timeout", timeout), _check_seconds("heartbeat-timeout", heartbeat)
     if not auto:
         if not coordinator or num_processes is None or process_id is None:
             raise BrwsimError(

@@ -51,8 +51,16 @@ class Processes:
         """Popen ``argv`` (text pipes by default) in a new session; ``sigint_default``: SIGINT set to its
         default in the child, so Ctrl-C reaches Python even from a shell whose background jobs ignore it."""
         kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True} | kwargs
-        preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint_default else None
-        p = subprocess.Popen(argv, start_new_session=True, preexec_fn=preexec, **kwargs)
+        # an ignored SIGINT stays ignored across exec, a handled one becomes the default: handle it while starting
+        # (no preexec_fn: forking a multithreaded JAX process to run Python in the child can deadlock)
+        saved = signal.getsignal(signal.SIGINT)
+        if sigint_default and saved == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            p = subprocess.Popen(argv, start_new_session=True, **kwargs)
+        finally:
+            if sigint_default and saved == signal.SIG_IGN:
+                signal.signal(signal.SIGINT, saved)
         self.started.append(p)
         return p
 

@@ -101,7 +101,7 @@ def test_bad_process_options_are_one_line_errors(processes):
         (["--coordinator", "localhost:abc", "--num-processes", "2", "--process-id", "0", *law], "the port must be"),
         (["--coordinator", "127.0.0.1:99999", "--num-processes", "2", "--process-id", "0", *law], "the port must be"),
         (["--coordinator", "127.0.0.1:5", "--num-processes", "2", "--process-id", "0", "--heartbeat-timeout", "0",
-          *law], "heartbeat must be"),
+          *law], "heartbeat-timeout must be"),
     ]:  # fmt: skip
         rc, _, err = processes.run([sys.executable, "-m", "brwsim", *argv], 120, env=_env())
         assert rc == 2 and len(err.strip().splitlines()) == 1 and needle in err, err[-2000:]
