@@ -2,8 +2,9 @@
 
 The predicted slope of E[X] in ln P is 1/mu (docs/theory.md, bounds (c) and (d)); the paper's
 Theorem 1 has (mu + mu_2)/mu^2 = 1/mu + mu_2/mu^2. Rows for real models join
-the table when ``results/real_model_entropy.csv`` exists (written by the
-real-model experiment).
+the table from ``results/real_model_entropy.csv`` (the shipped model) and
+``results/real_model-MODEL_entropy.csv`` (``python -m experiments.real_model
+--model MODEL``), when they exist.
 """
 
 from __future__ import annotations
@@ -53,12 +54,12 @@ def finish(r: dict) -> dict:
 
 def real_rows() -> list[dict]:
     results, _ = common.out_dirs()
-    path = results / "real_model_entropy.csv"
-    if not path.exists():
-        return []
     rows = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
+    paths = sorted(results.glob("real_model*_entropy.csv"), key=lambda p: (p.name != "real_model_entropy.csv", p.name))
+    for path in paths:  # the shipped model's first, then each real_model-MODEL's
+        with open(path) as f:
+            found = list(csv.DictReader(f))
+        for r in found:
             rows.append(
                 finish(
                     {

@@ -39,13 +39,21 @@ from brwsim._stats import mean_ci95
 from experiments import common
 
 NAME = "real_model"
+DEFAULT_MODEL = "smollm2-135m"
 TASKS = ("humaneval", "pydoc", "sharegpt")
 BOUNDS = ["theorem1_leading", "renewal", "asymptotic", "splitting", "dual"]
 PHASES = ("open", "walks", "oracle")
 
 
-def settings(quick: bool, seed: int, n: int | None = None, budget: float | None = None) -> dict:
-    base = dict(model="smollm2-135m", tasks=list(TASKS), seed=seed, batch=4, dtype="float32", threads=1,
+def stem(model: str) -> str:
+    """File stem of a model's outputs: ``real_model`` for the shipped model, ``real_model-MODEL`` otherwise."""
+    return NAME if model == DEFAULT_MODEL else f"{NAME}-{model}"
+
+
+def settings(
+    quick: bool, seed: int, n: int | None = None, budget: float | None = None, model: str = DEFAULT_MODEL
+) -> dict:
+    base = dict(model=model, tasks=list(TASKS), seed=seed, batch=4, dtype="float32", threads=1,
                 budget_seconds=budget)  # fmt: skip
     if quick:
         return base | dict(n=n or 2, P=[1, 2, 4, 8, 16], walks=8, depth=12, trees=300)
@@ -70,7 +78,7 @@ def measure(params: dict, log) -> tuple[dict, float, float]:
     t0, f0, by_task = time.perf_counter(), source.forward_seconds, {t: [] for t in params["tasks"]}
     results, _ = common.out_dirs()
     results.mkdir(parents=True, exist_ok=True)
-    with open(results / f"{NAME}_prompts.jsonl", "w") as f:
+    with open(results / f"{stem(params['model'])}_prompts.jsonl", "w") as f:
         for i, p in enumerate(items):
             if params["budget_seconds"] is not None and time.perf_counter() - t0 > params["budget_seconds"]:
                 log(f"time budget reached after {i} of {len(items)} prompts")
@@ -155,10 +163,10 @@ def figure(rows: list[dict]):
     return fig
 
 
-def write_entropy(rows: list[dict]) -> None:
+def write_entropy(rows: list[dict], name: str = NAME) -> None:
     results, _ = common.out_dirs()
     results.mkdir(parents=True, exist_ok=True)
-    with open(results / f"{NAME}_entropy.csv", "w", newline="") as f:
+    with open(results / f"{name}_entropy.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["label", "spec", "mu", "mu_ci95", "mu2", "mu2_ci95", "prompts"])
         w.writeheader()
         for label in sorted({r["law"] for r in rows if r["statistic"] == "mu"}):
@@ -173,19 +181,22 @@ def main(argv=None) -> dict:
     ap = common.parser(NAME, __doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=None, help="prompts per task (default 64; quick: 2)")
     ap.add_argument("--budget-seconds", type=float, default=None, help="start no prompt after this many seconds")
+    help_model = f"target model (default {DEFAULT_MODEL}); another model's outputs are named real_model-MODEL"
+    ap.add_argument("--model", default=DEFAULT_MODEL, help=help_model)
     args = ap.parse_args(argv)
     if args.n is not None and args.n < 2:
         ap.error("--n must be at least 2")
-    params = settings(args.quick, args.seed, args.n, args.budget_seconds)
-    rows = common.cached(NAME, {**params, "version": brwsim.__version__}, lambda: compute(params))
-    common.write_rows(NAME, rows)
-    write_entropy(rows)
-    png = common.save_figure(figure(rows), NAME)
+    params = settings(args.quick, args.seed, args.n, args.budget_seconds, args.model)
+    name = stem(args.model)
+    rows = common.cached(name, {**params, "version": brwsim.__version__}, lambda: compute(params))
+    common.write_rows(name, rows)
+    write_entropy(rows, name)
+    png = common.save_figure(figure(rows), name)
     lines = []
     for r in rows:
         if r["statistic"] in ("mu", "mu2", "forward_fraction") or r["P"] in (1, 8, 64):
             lines.append(f"{r['law']} P={r['P']} {r['statistic']}: {r['mean']:.4f} +- {r['ci95']:.4f} (n={r['trees']})")
-    return {"name": NAME, "figures": [png], "rows": len(rows), "summary": lines}
+    return {"name": name, "figures": [png], "rows": len(rows), "summary": lines}
 
 
 if __name__ == "__main__":

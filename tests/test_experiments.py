@@ -80,3 +80,21 @@ def test_reproduce_writes_report(out):
 def test_reproduce_unknown_experiment(out):
     with pytest.raises(BrwsimError, match="unknown experiment"):
         reproduce.run(quick=True, only=["nope"])
+
+
+def test_entropy_table_reads_every_real_model_in_order(out):
+    """The shipped model's real rows come first, then each ``real_model-MODEL`` file's; the stem names them."""
+    from experiments import entropy_table, real_model
+
+    assert real_model.stem("smollm2-135m") == "real_model"
+    assert real_model.stem("gemma3-270m") == "real_model-gemma3-270m"
+    results = out / "results"
+    results.mkdir()
+    for stem, label, mu in [("real_model-gemma3-270m", "gemma3-270m/code", 2.0), ("real_model", "smollm2/code", 0.5)]:
+        with open(results / f"{stem}_entropy.csv", "w") as f:
+            f.write("label,spec,mu,mu_ci95,mu2,mu2_ci95,prompts\n")
+            f.write(f"{label},real model,{mu},0.1,1.0,0.2,64\n")
+    rows = entropy_table.real_rows()
+    assert [r["law"] for r in rows] == ["smollm2/code", "gemma3-270m/code"]
+    assert rows[0]["slope 1/mu"] == 2.0 and rows[1]["slope 1/mu"] == 0.5
+    assert rows[1]["mu2/mu^2"] == 0.25
