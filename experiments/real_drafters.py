@@ -63,8 +63,10 @@ def settings(quick: bool, seed: int, n: int | None = None) -> dict:
     if importlib.util.find_spec("brwsim.llm.drafters.eagle_head") is not None:
         from brwsim.llm.drafters import eagle_head
 
-        drafters.append("eagle-head:quick" if quick else "eagle-head")
-        head = (eagle_head.QUICK if quick else eagle_head.FULL).to_dict()  # a new head config: new points
+        # the full run's head is trained the way EAGLE trains its heads: on ShareGPT training conversations
+        drafters.append("eagle-head:quick" if quick else "eagle-head:chat")
+        corpus = "stdlib" if quick else "sharegpt"
+        head = eagle_head.config_from(quick, corpus=corpus).to_dict()  # a new head config: new points
         if head["corpus"] == "stdlib":  # the first corpus: points measured before the option keep their keys
             del head["corpus"]
     base = dict(model="smollm2-135m", prompts="humaneval,pydoc,sharegpt", seed=seed, batch=4, threads=1,
@@ -369,15 +371,24 @@ def table(rows: list[dict], params: dict) -> str:
 def main(argv=None) -> dict:
     ap = common.parser(NAME, __doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=None, help="prompts per task (default 64; quick: 1)")
+    help_budget = "start no prompt after this many seconds; score the finished prompts (the rest resume later)"
+    ap.add_argument("--budget-seconds", type=float, default=None, help=help_budget)
     args = ap.parse_args(argv)
     if args.n is not None and args.n < 1:
         ap.error("--n must be at least 1")
+    if args.budget_seconds is not None and not args.budget_seconds >= 0:
+        ap.error("--budget-seconds must be a number >= 0")
     params = settings(args.quick, args.seed, args.n)
     from brwsim.llm import require_llm
 
     require_llm()
     order = common.prompt_order(params["prompts"].split(","), params["n"], params["seed"])
-    points = [prompt_point(params, p) for p in order]
+    points, t0 = [], time.perf_counter()
+    for i, p in enumerate(order):
+        if args.budget_seconds is not None and time.perf_counter() - t0 > args.budget_seconds:
+            print(f"time budget reached after {i} of {len(order)} prompts (finished prompts are cached)", flush=True)
+            break
+        points.append(prompt_point(params, p))
     rows = aggregate(params, points, _calibration(params))
     common.write_rows(NAME, rows)
     with open(common.out_dirs()[0] / f"{NAME}_prompts.jsonl", "w") as f:
