@@ -43,13 +43,14 @@ def _same(a, b, fields=None) -> list:
 
 
 # (P, batch): P = 1, flat-frontier P (the largest is 135), heap P; batches that fill and that do not
-# fill a block of eight trees. tests/test_oracle.py checks the default (native) kernel against the
-# reference search on every indexed law too.
+# fill a block of eight trees (the flat search of fixed and table laws runs eight trees together).
+# tests/test_oracle.py checks the default (native) kernel against the reference search on every
+# indexed law too.
 CASES = {
-    "fixed_ties": [(1, 3), (40, 16), (300, 5)],
+    "fixed_ties": [(1, 3), (40, 16), (135, 9), (300, 5)],
     "fixed_one": [(17, 2)],
     "pool": [(135, 9), (300, 5)],
-    "table": [(40, 16), (200, 3)],
+    "table": [(16, 13), (40, 16), (135, 11), (136, 3), (200, 3)],
 }
 
 

@@ -220,10 +220,12 @@ struct alignas(16) Rec16 {
 };
 
 // Two frontiers, chosen by the number of slots S = P + 1 (measured, benchmarks/README.md):
-//  * Flat (S <= FLAT_MAX): the candidates of all slots in a few AVX2 vectors; the top is their
-//    maximum and the first slot holding it (compare, movemask, count trailing zeros): no branch.
+//  * Flat (S <= FLAT_MAX): every candidate in plain arrays, the top found by a pass over them. For
+//    the keyless laws the candidates of eight trees are interleaved slot by slot (search_lanes:
+//    one vector compare per slot serves all eight); for pool, each tree's candidates in a few AVX2
+//    vectors (FlatFrontier: their maximum and the first slot holding it, no branch).
 //  * Heap: a binary max-heap of 64-bit keys (order_key: value, then the lower slot first).
-// Both take the lowest slot among equal candidates, the earliest-taken parent (the reference
+// All take the lowest slot among equal candidates, the earliest-taken parent (the reference
 // tie-break), and slot 0 when every candidate is -inf, as the JAX kernel does.
 
 #ifndef FLATMAX
@@ -273,37 +275,37 @@ struct FlatFrontier {
 #endif
 };
 
-#ifndef GFLAT
-#define GFLAT 4
-#endif
 #ifndef GHEAP
 #define GHEAP 1
 #endif
-// trees a core searches in lock step, their dependent loads overlapping (measured: four with the
-// flat frontier; the heap's branches gain nothing from it)
-constexpr int GROUP_FLAT = GFLAT, GROUP_HEAP = GHEAP, GROUP = GFLAT > GHEAP ? GFLAT : GHEAP;
+// heap trees a core searches in lock step (measured: interleaving them gains nothing, their
+// branches dominate)
+constexpr int GROUP_HEAP = GHEAP;
 
-// The search of G trees (lanes lane0 .. lane0 + G - 1 of this block) whose roots have rows `row0`
-// (= the state for the table law): writes parent, depth, log P, rank and state of their P nodes
-// (output offsets `o`), and parent slot and rank lane-major into `pr` for node_keys. `first[row]`:
-// the row's largest entry. FLAT: the frontier (above). Buffers: `rec`, `fbuf`, `hbuf` per tree.
-template <bool FLAT, int G>
+// The search of G trees whose roots have rows `row0` (= the state for the table law), each with a heap
+// frontier: writes parent, depth, log P, rank and state of their P nodes (output offsets `o`).
+// `first[row]`: the row's largest entry. HASHED: child states by hash_state (the table law), else 0.
+// Buffers: `rec`, `hbuf` per tree. (Flat P: search_lanes, below.)
+template <int G, bool HASHED>
 static void search_keyless(const Law& law, const float* first, const int32_t* row0, int64_t P, Rec16* const* rec,
-                           float* const* fbuf, uint64_t* const* hbuf, const int64_t* o, int lane0, int32_t* pr,
-                           const Out& out) {
+                           uint64_t* const* hbuf, const int64_t* o, const Out& out) {
   const int64_t K = law.K;
   const float* tab = law.table;
-  const bool hashed = law.child_kind == CHILD_HASH;
   const FastMod mod(law.n_hash);
-  FlatFrontier f[G];
+  int32_t* __restrict o_parent = out.parent;
+  int32_t* __restrict o_depth = out.depth;
+  int32_t* __restrict o_rank = out.rank;
+  int32_t* __restrict o_state = out.state;
+  float* __restrict o_logp = out.logp;
   Heap hp[G];
+  Rec16* rg[G];
+  int32_t* po[G];  // parent outputs of each tree, offset so that node n is at po[g][n]
   for (int g = 0; g < G; g++) {
+    rg[g] = rec[g];
+    po[g] = o_parent + o[g] - 1;
     hp[g] = Heap{hbuf[g], 0};
-    rec[g][0] = Rec16{0.0f, row0[g], 0, 0};
-    if (FLAT) {
-      f[g].init(fbuf[g], P + 1);
-      f[g].set(0, first[row0[g]]);
-    } else if (first[row0[g]] != -INFINITY) {
+    rg[g][0] = Rec16{0.0f, row0[g], 0, 0};
+    if (first[row0[g]] != -INFINITY) {
       hp[g].push(order_key(first[row0[g]], 0));
     }
   }
@@ -311,44 +313,34 @@ static void search_keyless(const Law& law, const float* first, const int32_t* ro
     for (int g = 0; g < G; g++) {
       int64_t j = 0;
       float m = -INFINITY;
-      if (FLAT) {
-        j = f[g].top(&m);
-      } else if (hp[g].n > 0) {
+      if (hp[g].n > 0) {
         uint64_t top = hp[g].h[1];
         j = slot_of(top);
         m = value_of(top);
       }
-      Rec16& p = rec[g][j];
+      Rec16& p = rg[g][j];
       int32_t r = p.ptr;
       p.ptr = r + 1;
       float nxt = (r + 1 < K) ? tab[int64_t(p.row) * K + r + 1] : -INFINITY;
       float cand = p.lp + nxt;  // the parent's next child replaces it
-      int32_t row = hashed ? hash_state(uint32_t(p.row), uint32_t(r), mod) : 0;
+      int32_t row = HASHED ? hash_state(uint32_t(p.row), uint32_t(r), mod) : 0;
       float c = m + first[row];  // the new node's best child enters at slot n
       __builtin_prefetch(tab + int64_t(row) * K + 1);  // read when the new node is next taken from
       int32_t depth = p.depth + 1;
-      rec[g][n] = Rec16{m, row, 0, depth};
-      if (FLAT) {
-        f[g].set(j, cand);
-        f[g].set(n, c);
-      } else {
-        if (hp[g].n > 0) {
-          if (cand != -INFINITY)
-            hp[g].replace_top(order_key(cand, uint32_t(j)));
-          else
-            hp[g].pop();
-        }
-        if (c != -INFINITY) hp[g].push(order_key(c, uint32_t(n)));
+      rg[g][n] = Rec16{m, row, 0, depth};
+      if (hp[g].n > 0) {
+        if (cand != -INFINITY)
+          hp[g].replace_top(order_key(cand, uint32_t(j)));
+        else
+          hp[g].pop();
       }
+      if (c != -INFINITY) hp[g].push(order_key(c, uint32_t(n)));
       int64_t i = o[g] + n - 1;
-      out.parent[i] = int32_t(j) - 1;
-      out.depth[i] = depth;
-      out.logp[i] = m;
-      out.rank[i] = r;
-      out.state[i] = row;
-      int32_t* q = pr + 2 * ((n - 1) * LANES + lane0 + g);
-      q[0] = int32_t(j);
-      q[1] = r;
+      po[g][n] = int32_t(j) - 1;
+      o_depth[i] = depth;
+      o_logp[i] = m;
+      o_rank[i] = r;
+      o_state[i] = row;
     }
   }
 }
@@ -448,24 +440,26 @@ static void search_keyed(const Law& law, const float* first, const uint32_t* tre
   }
 }
 
-// The node keys of trees t0 .. t0 + n_active - 1 (LANES at once) from their parents' slots and
-// ranks (`pr`, lane-major): key(node) = fold_in(key(parent), 2 + rank), the root's the tree key.
-// `kb` [(P + 1) * LANES * 2] holds the keys by slot, lane-major.
-static void node_keys(const uint32_t* tree_keys, int64_t t0, int n_active, int64_t P, const int32_t* pr,
-                      uint32_t* kb, const Out& out) {
+// The node keys of trees t0 .. t0 + n_active - 1 (LANES at once) from their nodes' parents and ranks
+// (already in `out`): key(node) = fold_in(key(parent), 2 + rank), the root's the tree key (lanes past
+// n_active repeat tree t0). `kb` [(P + 1) * LANES * 2] holds the keys by slot, lane-major.
+static void node_keys(const uint32_t* tree_keys, int64_t t0, int n_active, int64_t P, uint32_t* kb, const Out& out) {
   uint32_t p0[LANES], p1[LANES], tag[LANES], c0[LANES], c1[LANES];
+  const int32_t* par[LANES];
+  const int32_t* rnk[LANES];
   for (int l = 0; l < LANES; l++) {
     int64_t t = t0 + (l < n_active ? l : 0);
     kb[2 * l] = tree_keys[2 * t];
     kb[2 * l + 1] = tree_keys[2 * t + 1];
+    par[l] = out.parent + t * P;
+    rnk[l] = out.rank + t * P;
   }
   for (int64_t i = 0; i < P; i++) {
-    const int32_t* q = pr + 2 * i * LANES;
     for (int l = 0; l < LANES; l++) {
-      int64_t a = 2 * (int64_t(q[2 * l]) * LANES + l);
+      int64_t a = 2 * ((int64_t(par[l][i]) + 1) * LANES + l);
       p0[l] = kb[a];
       p1[l] = kb[a + 1];
-      tag[l] = 2u + uint32_t(q[2 * l + 1]);
+      tag[l] = 2u + uint32_t(rnk[l][i]);
     }
     fold_in(p0, p1, tag, c0, c1);
     uint32_t* k = kb + 2 * (i + 1) * LANES;
@@ -503,45 +497,123 @@ static inline bool keyless(const Law& law) {
   return law.row_kind == ROW_STATE || (law.row_kind == ROW_ZERO && law.child_kind == CHILD_ZERO);
 }
 
+// Flat P (S = P + 1 <= FLAT_MAX slots), laws that need no node key: the LANES trees of a block searched together, slot-major:
+// v[s * LANES + l] is tree l's candidate at slot s, so one pass over the slots taken so far finds
+// every tree's top at once (vertical compares, no horizontal reduction: strictly greater wins, so
+// the lowest slot among equal candidates, and slot 0 when all are -inf); then each tree, in scalar
+// code, takes its node as search_keyless does. Trees past n_active repeat tree 0 and write nothing.
+template <bool HASHED>
+static void search_lanes(const Law& law, const float* first, const int32_t* row0, int64_t P, int64_t t0,
+                         int n_active, Rec16* __restrict rec, float* __restrict v, const Out& out) {
+  const int64_t K = law.K;
+  const float* tab = law.table;
+  const FastMod mod(law.n_hash);
+  for (int l = 0; l < LANES; l++) {
+    rec[l] = Rec16{0.0f, row0[l], 0, 0};
+    v[l] = first[row0[l]];
+  }
+  int64_t base[LANES];
+  for (int l = 0; l < LANES; l++) base[l] = (t0 + (l < n_active ? l : 0)) * P - 1;
+  for (int64_t n = 1; n <= P; n++) {
+    alignas(32) float best[LANES];
+    alignas(32) int32_t idx[LANES];
+#if defined(__AVX2__)
+    static_assert(LANES == 8, "one AVX2 vector of candidates per slot");
+    {
+      __m256 b = _mm256_load_ps(v);
+      __m256 x = _mm256_setzero_ps();  // slot numbers (int32 bits)
+      __m256i sv = _mm256_setzero_si256();
+      const __m256i one = _mm256_set1_epi32(1);
+      for (int64_t s = 1; s < n; s++) {
+        sv = _mm256_add_epi32(sv, one);
+        __m256 c = _mm256_load_ps(v + s * LANES);
+        __m256 gt = _mm256_cmp_ps(c, b, _CMP_GT_OQ);
+        b = _mm256_blendv_ps(b, c, gt);
+        x = _mm256_blendv_ps(x, _mm256_castsi256_ps(sv), gt);
+      }
+      _mm256_store_ps(best, b);
+      _mm256_store_ps(reinterpret_cast<float*>(idx), x);
+    }
+#else
+    for (int l = 0; l < LANES; l++) {
+      best[l] = v[l];
+      idx[l] = 0;
+    }
+    for (int64_t s = 1; s < n; s++) {
+      const float* vs = v + s * LANES;
+      for (int l = 0; l < LANES; l++) {
+        bool gt = vs[l] > best[l];
+        best[l] = gt ? vs[l] : best[l];
+        idx[l] = gt ? int32_t(s) : idx[l];
+      }
+    }
+#endif
+    for (int l = 0; l < LANES; l++) {
+      const int64_t j = idx[l];
+      const float m = best[l];
+      Rec16& p = rec[j * LANES + l];
+      int32_t r = p.ptr;
+      p.ptr = r + 1;
+      float nxt = (r + 1 < K) ? tab[int64_t(p.row) * K + r + 1] : -INFINITY;
+      v[j * LANES + l] = p.lp + nxt;  // the parent's next child replaces it
+      int32_t row = HASHED ? hash_state(uint32_t(p.row), uint32_t(r), mod) : 0;
+      v[n * LANES + l] = m + first[row];  // the new node's best child enters at slot n
+      __builtin_prefetch(tab + int64_t(row) * K + 1);
+      int32_t depth = p.depth + 1;
+      rec[n * LANES + l] = Rec16{m, row, 0, depth};
+      if (l < n_active) {
+        int64_t i = base[l] + n;
+        out.parent[i] = int32_t(j) - 1;
+        out.depth[i] = depth;
+        out.logp[i] = m;
+        out.rank[i] = r;
+        out.state[i] = row;
+      }
+    }
+  }
+}
+
 static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int64_t P, const Out& out) {
   if (keyless(law)) {
-    static_assert(LANES % GROUP == 0, "LANES must be a multiple of GROUP");
+    static_assert(LANES % GROUP_HEAP == 0, "LANES must be a multiple of GROUP_HEAP");
     std::vector<float> first(law.n_rows);
     for (uint32_t i = 0; i < law.n_rows; i++) first[i] = law.table[int64_t(i) * law.K];
-    const int64_t fstride = ((P + 1 + 7) / 8) * 8 + 8;
-    std::vector<Rec16> recs(size_t(GROUP) * size_t(P + 1));
-    std::vector<float> fbufs(size_t(GROUP * fstride + 8));
-    std::vector<uint64_t> heaps(size_t(GROUP) * size_t(P + 2));
-    float* fal = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(fbufs.data()) + 31) & ~uintptr_t(31));
-    Rec16* rec[GROUP];
-    float* fb[GROUP];
-    uint64_t* hb[GROUP];
-    for (int g = 0; g < GROUP; g++) {
+    const bool flat = P + 1 <= FLAT_MAX;
+    const bool hashed = law.child_kind == CHILD_HASH;
+    // flat: one block's records and candidates, slot-major; heap: GROUP_HEAP trees' records and heaps
+    std::vector<Rec16> recs(size_t(flat ? LANES : GROUP_HEAP) * size_t(P + 1));
+    std::vector<float> lv(flat ? size_t(LANES) * size_t(P + 1) + 8 : 0);
+    float* lva = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(lv.data()) + 31) & ~uintptr_t(31));
+    std::vector<uint64_t> heaps(flat ? 0 : size_t(GROUP_HEAP) * size_t(P + 2));
+    Rec16* rec[GROUP_HEAP];
+    uint64_t* hb[GROUP_HEAP];
+    for (int g = 0; g < GROUP_HEAP && !flat; g++) {
       rec[g] = recs.data() + g * (P + 1);
-      fb[g] = fal + g * fstride;
       hb[g] = heaps.data() + g * (P + 2);
     }
-    std::vector<int32_t> pr(size_t(2 * LANES * P), 0);
     std::vector<uint32_t> kb(size_t(2 * LANES * (P + 1)));
-    const bool flat = P + 1 <= FLAT_MAX;
     int32_t row[LANES];
     for (int64_t t0 = 0; t0 < B; t0 += LANES) {
       int n_active = int(B - t0 < LANES ? B - t0 : LANES);
       root_rows(law, tree_keys, t0, n_active, row);
-      int l = 0;
-      const int G = flat ? GROUP_FLAT : GROUP_HEAP;
-      for (; l + G <= n_active; l += G) {
-        int64_t o[GROUP];
-        for (int g = 0; g < G; g++) o[g] = (t0 + l + g) * P;
-        (flat ? search_keyless<true, GROUP_FLAT> : search_keyless<false, GROUP_HEAP>)(law, first.data(), row + l, P,
-                                                                                     rec, fb, hb, o, l, pr.data(), out);
+      if (flat) {
+        (hashed ? search_lanes<true> : search_lanes<false>)(law, first.data(), row, P, t0, n_active, recs.data(),
+                                                             lva, out);
+      } else {
+        int l = 0;
+        for (; l + GROUP_HEAP <= n_active; l += GROUP_HEAP) {
+          int64_t o[GROUP_HEAP];
+          for (int g = 0; g < GROUP_HEAP; g++) o[g] = (t0 + l + g) * P;
+          (hashed ? search_keyless<GROUP_HEAP, true> : search_keyless<GROUP_HEAP, false>)(
+              law, first.data(), row + l, P, rec, hb, o, out);
+        }
+        for (; l < n_active; l++) {
+          int64_t o = (t0 + l) * P;
+          (hashed ? search_keyless<1, true> : search_keyless<1, false>)(law, first.data(), row + l, P, rec, hb, &o,
+                                                                       out);
+        }
       }
-      for (; l < n_active; l++) {
-        int64_t o = (t0 + l) * P;
-        (flat ? search_keyless<true, 1> : search_keyless<false, 1>)(law, first.data(), row + l, P, rec, fb, hb, &o,
-                                                                   l, pr.data(), out);
-      }
-      node_keys(tree_keys, t0, n_active, P, pr.data(), kb.data(), out);
+      node_keys(tree_keys, t0, n_active, P, kb.data(), out);
     }
     return;
   }
