@@ -179,6 +179,65 @@ def test_builders_direct_check_and_imperfect_knowledge_bound(tiny):
     assert min(o.values["topq"][-1] for o in out[1:]) < oracle[-1] - 1e-3  # an imperfect drafter loses
 
 
+def test_guessed_chain_and_shared_check_rows_change_nothing(tiny):
+    """The chain with guessed continuations is the chain without them (in fewer passes when the guesses are
+    right); the direct check with one KV-cache row per distinct accepted path draws exactly what one row per
+    call draws; sampling through a row index equals sampling the indexed rows."""
+    from brwsim.llm.drafters import open_drafter as open_llm_drafter
+    from brwsim.llm.drafters._measure import ChainGuess, DraftView, chain_nodes, speculative_check
+    from brwsim.llm.measure import sample_rows
+
+    d = open_llm_drafter("layerskip:skip=2-3", tiny)
+    calls = d.src.forward_calls
+    plain = chain_nodes(DraftView(d.context(PROMPT)), 12)
+    plain_passes, calls = d.src.forward_calls - calls, d.src.forward_calls
+    guess = ChainGuess(PROMPT)
+    guess.add(plain[:8])
+    assert chain_nodes(DraftView(d.context(PROMPT)), 12, guess=guess, ahead=4) == plain
+    assert d.src.forward_calls - calls < plain_passes == 12  # the prompt's pass, then one per node but the last
+    assert chain_nodes(DraftView(d.context(PROMPT)), 12, guess=ChainGuess([0, 6]), ahead=4) == plain  # bad guesses
+
+    rng = np.random.default_rng(5)
+    logp = np.log(rng.dirichlet(np.ones(V), size=3)).astype(np.float32)
+    index = rng.integers(0, 3, size=40)
+    a = sample_rows(logp, np.random.default_rng(1), index)
+    np.testing.assert_array_equal(a, sample_rows(logp[index], np.random.default_rng(1)))
+
+    class OneRowPerCall:  # the check's reference: every call decodes its own copy of the prompt's cache
+        def __init__(self, inner):
+            self.inner, self.root = inner, inner.root
+
+        def walker(self, n):
+            from brwsim.llm.sources._hf import HFWalker
+
+            return HFWalker(self.inner, n)
+
+    tctx = tiny.open(PROMPT)
+    tree = [(0,), (1,), (0, 1), (0, 2), (1, 1), (0, 1, 3), (0, 1, 3, 2)]
+    X = speculative_check(tctx, tree, 300, np.random.default_rng(2))
+    ref = _check_one_row_per_call(OneRowPerCall(tiny.open(PROMPT)), tree, 300, np.random.default_rng(2))
+    np.testing.assert_array_equal(X, ref)
+    assert X.max() >= 2
+
+
+def _check_one_row_per_call(tctx, nodes, samples, rng):
+    """The direct check with one KV-cache row per call (the plain definition)."""
+    from brwsim.llm.measure import sample_rows
+
+    tree, X = set(nodes), np.zeros(samples)
+    walker, alive, prefixes = tctx.walker(samples), np.arange(samples), [()] * samples
+    rows = np.broadcast_to(tctx.root, (samples, tctx.root.shape[0]))
+    while True:
+        tok = sample_rows(rows, rng)
+        keep = [j for j in range(len(alive)) if prefixes[j] + (int(tok[j]),) in tree]
+        if not keep:
+            return X
+        X[alive[keep]] += 1
+        walker.keep(keep)
+        alive, prefixes = alive[keep], [prefixes[j] + (int(tok[j]),) for j in keep]
+        rows = walker.step([int(tok[j]) for j in keep])
+
+
 def test_temperature_and_lookup():
     from brwsim.llm.drafters.lookup import LookupProposer
     from brwsim.llm.sources import check_temperature, temper

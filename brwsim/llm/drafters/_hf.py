@@ -43,6 +43,10 @@ class HFDraftContext:
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)
 
+    def known(self, prefix) -> bool:
+        """Whether the prefix's row is already computed (asking for it costs no pass)."""
+        return tuple(prefix) in self.inner.answers
+
 
 def _share_weights_copy(model):
     """A structural copy of ``model`` whose parameters and buffers are the original tensors (no new memory)."""

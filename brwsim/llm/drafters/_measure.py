@@ -36,6 +36,7 @@ from ..measure import PromptResult, oracle_tree, prompt_rng, row_stats, sample_r
 from ..sources import Context, Prompt, TempSource, Walker, temper
 from ._base import Drafter
 from ._calibrate import row_divergences
+from .lookup import LookupProposer
 
 BUILDERS = ("topq", "chain", "eagle", "sequoia")
 PROPOSER_BUILDERS = ("lookup_tree", "lookup_chain")
@@ -53,6 +54,11 @@ class DraftView(Context):
     def logprobs(self, prefixes):
         return temper(self.dctx.logprobs([tuple(p) for p in prefixes]), self.T)
 
+    def known(self, prefix: tuple[int, ...]) -> bool | None:
+        """Whether the prefix's row is already computed (free to ask); None: the draft context cannot tell."""
+        known = getattr(self.dctx, "known", None)
+        return None if known is None else prefix in self._tops or known(prefix)
+
     def tops(self, prefixes) -> list[tuple[np.ndarray, np.ndarray]]:
         """(token ids, log q) of each prefix's K most likely children, by decreasing q."""
         need = [p for p in dict.fromkeys(tuple(p) for p in prefixes) if p not in self._tops]
@@ -67,15 +73,45 @@ class DraftView(Context):
 # builders (each returns the tree's nodes as token paths, parents first; the first P are the tree at P)
 
 
-def chain_nodes(view: DraftView, P: int, eos=frozenset()) -> list[tuple[int, ...]]:
-    """The drafter's greedy path of P tokens (shorter if it ends in an end token)."""
+def chain_nodes(view: DraftView, P: int, eos=frozenset(), guess=None, ahead: int = 4) -> list[tuple[int, ...]]:
+    """The drafter's greedy path of P tokens (shorter if it ends in an end token).
+
+    ``guess(tip, k)``: up to k guessed next tokens of the path below ``tip``; where the tip's row is not yet
+    computed, the tip and its guessed continuation are asked together (one pass of a chain), and every guess
+    that matches the drafter's own choice saves a pass. The path is the same with or without guesses."""
     out, tip = [], ()
     for _ in range(P):
         if tip and tip[-1] in eos:
             break
+        if guess is not None and view.known(tip) is False:
+            g = guess(tip, min(ahead, P - len(out) - 1))
+            view.logprobs([tip + tuple(g[:i]) for i in range(len(g) + 1)])
         tip = tip + (int(view.tops([tip])[0][0][0]),)
         out.append(tip)
     return out
+
+
+class ChainGuess:
+    """Guessed greedy continuations for :func:`chain_nodes`: the next token after a prefix as first seen in
+    earlier paths (other drafters' chains, the oracle tree's first children), else the context's own
+    continuation after the last occurrence of its final tokens (prompt lookup)."""
+
+    def __init__(self, ids, n: int = 3):
+        self.ids, self.lookup, self.next = [int(t) for t in ids], LookupProposer(n), {}
+
+    def add(self, nodes) -> None:
+        for v in nodes:
+            self.next.setdefault(tuple(v[:-1]), int(v[-1]))
+
+    def __call__(self, tip: tuple[int, ...], k: int) -> list[int]:
+        out, p = [], tuple(tip)
+        while len(out) < k:
+            if p not in self.next:
+                conts = self.lookup.continuations(self.ids + list(p), k - len(out))
+                return out + list(conts[0]) if conts else out
+            out.append(self.next[p])
+            p = p + (out[-1],)
+        return out
 
 
 def topq_nodes(view: DraftView, P: int, batch: int = 4, eos=frozenset()) -> tuple[list, np.ndarray]:
@@ -147,27 +183,34 @@ def speculative_check(tctx: Context, nodes, samples: int, rng: np.random.Generat
 
     Each call samples the target's continuation token by token through an
     ordinary (non-tree) KV cache and accepts while the continuation so far is
-    a node of the tree; returns X per call (float64 ``[samples]``).
+    a node of the tree; returns X per call (float64 ``[samples]``). Calls
+    whose accepted paths are the same share one row of the KV cache (its
+    rows are the distinct accepted paths, at most the tree's nodes at that
+    depth); every call draws its own token.
     """
     tree = set(nodes)
     X = np.zeros(samples)
     if not tree:
         return X
-    walker = tctx.walker(samples)
+    walker = tctx.walker(1)
     alive = np.arange(samples)
-    prefixes: list[tuple[int, ...]] = [() for _ in range(samples)]
-    rows = np.broadcast_to(tctx.root, (samples, tctx.root.shape[0]))
+    paths: list[tuple[int, ...]] = [()]  # the walker's rows: distinct accepted paths
+    row_of = np.zeros(samples, dtype=np.int64)  # each live call's row
+    rows = tctx.root[None]
     while True:
-        tok = sample_rows(rows, rng)
-        keep = [j for j in range(len(alive)) if prefixes[j] + (int(tok[j]),) in tree]
+        tok = sample_rows(rows, rng, row_of)
+        nxt = [paths[r] + (int(t),) for r, t in zip(row_of, tok, strict=True)]
+        keep = [j for j, v in enumerate(nxt) if v in tree]
         if not keep:
             return X
         X[alive[keep]] += 1
-        if len(keep) < len(alive):
-            walker.keep(keep)
         alive = alive[keep]
-        prefixes = [prefixes[j] + (int(tok[j]),) for j in keep]
-        rows = walker.step([int(tok[j]) for j in keep])
+        new = list(dict.fromkeys(nxt[j] for j in keep))
+        at = {v: i for i, v in enumerate(paths)}
+        walker.keep([at[v[:-1]] for v in new])
+        rows = walker.step([v[-1] for v in new])
+        paths, at = new, {v: i for i, v in enumerate(new)}
+        row_of = np.array([at[nxt[j]] for j in keep], dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------
@@ -175,20 +218,32 @@ def speculative_check(tctx: Context, nodes, samples: int, rng: np.random.Generat
 
 
 class _StatsContext(Context):
-    """The target's context whose walks record :func:`row_divergences` against every drafter view."""
+    """The target's context whose walks record their rows; :meth:`finish` then measures :func:`row_divergences`
+    against every drafter view (each drafter asked for all the walks' nodes at once, not step by step)."""
 
     def __init__(self, inner: Context, views: list):
         self.inner, self.views = inner, views
         self.root = inner.root
+        self.steps: list[tuple[list, np.ndarray]] = []  # (prefixes, target rows) of each walk step
         self.stats: list[list[np.ndarray]] = [[] for _ in views]
 
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)
 
     def record(self, prefixes, rows) -> None:
+        self.steps.append((list(prefixes), rows))
+
+    def finish(self) -> None:
+        """Every drafter's divergences on the recorded steps (rows asked in one call per drafter)."""
+        every = [p for prefixes, _ in self.steps for p in prefixes]
         for i, v in enumerate(self.views):
-            if v is not None:
-                self.stats[i].append(row_divergences(rows, v.logprobs(prefixes)))
+            if v is None or not every:
+                continue
+            lq, at = v.logprobs(every), 0
+            for prefixes, rows in self.steps:
+                self.stats[i].append(row_divergences(rows, lq[at : at + len(prefixes)]))
+                at += len(prefixes)
+        self.steps = []
 
     def walker(self, n: int) -> Walker:
         return _StatsWalker(self, n)
@@ -266,27 +321,40 @@ class DrafterSettings:
     heldout_tokens: int = 256  # held-out positions of each drafter's calibration
 
 
-def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, eos) -> tuple[dict, dict, np.ndarray]:
-    """(builder -> nodes at P_max, builder -> values, s_P) of one model drafter."""
+def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, eos, guess=None):
+    """(builder -> nodes at P_max, builder -> values, s_P) of one model drafter (``guess``: the chain's guesses)."""
     topq, logQ = topq_nodes(view, P_max, st.batch, eos)
     nodes = {
         "topq": topq,
-        "chain": chain_nodes(view, P_max, eos),
+        "chain": chain_nodes(view, P_max, eos, guess),
         "eagle": eagle_nodes(view, P_max, st.top_k, st.eagle_depth, eos),
     }
+    seq = sequoia_trees(view, rates, P_max, min(st.check_P, P_max), eos) if rates is not None else {}
+    warm_target(tctx, [*nodes.values(), *seq.values()])
     values = {b: prefix_values(tctx, n, P_max) for b, n in nodes.items()}
     if rates is not None:
-        seq = np.zeros(P_max)
-        for P in range(1, P_max + 1):
-            if P & (P - 1) == 0 or P == P_max:  # Sequoia's tree is not nested: powers of two (and P_max)
-                seq[P - 1] = prefix_values(tctx, sequoia_nodes(view, rates, P, eos), P)[-1]
-            else:
-                seq[P - 1] = np.nan
-        values["sequoia"] = seq
-        nodes["sequoia"] = sequoia_nodes(view, rates, min(st.check_P, P_max), eos)
+        values["sequoia"] = np.array([prefix_values(tctx, seq[P], P)[-1] if P in seq else np.nan
+                                      for P in range(1, P_max + 1)])  # fmt: skip
+        nodes["sequoia"] = seq[min(st.check_P, P_max)]
     s_P = np.full(P_max, np.inf)
     s_P[: len(logQ)] = -logQ
     return nodes, values, s_P
+
+
+def sequoia_trees(view: DraftView, rates, P_max: int, P_check: int, eos=frozenset()) -> dict:
+    """P -> Sequoia's tree at P, for P a power of two or P_max (its trees are not nested) and the check's
+    budget; the drafter's rows of all of them asked together, level by level."""
+    Ps = sorted({P for P in range(1, P_max + 1) if P & (P - 1) == 0 or P == P_max} | {P_check})
+    paths = {P: sequoia_dp(np.asarray(rates)[:P], P, None)[1] for P in Ps}
+    realize_rank_paths(view, list(dict.fromkeys(r for P in Ps for r in paths[P])), eos)  # rows, in few passes
+    return {P: realize_rank_paths(view, paths[P], eos) for P in Ps}
+
+
+def warm_target(tctx: Context, trees) -> None:
+    """Ask the target, in one call, for the rows every tree's values need (the ancestors of its nodes)."""
+    need = sorted({v[:d] for nodes in trees for v in nodes for d in range(len(v))}, key=lambda n: (len(n), n))
+    if need:
+        tctx.logprobs(need)
 
 
 def _checked(nodes: dict, values: dict, tctx, st: DrafterSettings, rng, P_max: int) -> PromptCheck:
@@ -319,22 +387,28 @@ def measure_prompt_drafters(
     tctx = tsrc.open(ids)
     eos = target.eos_ids
     views = [DraftView(d.context(ids), st.T) if d.has_q else None for d in drafters]
+    guess = ChainGuess(ids)
     sctx = _StatsContext(tctx, views)
     rng = prompt_rng(st.seed, prompt)
     t1 = time.perf_counter()
     w = sample_walks(sctx, st.walks, st.depth, rng, P_max, eos) if st.walks > 0 else None
+    sctx.finish()
     t2 = time.perf_counter()
     o = oracle_tree(tctx, P_max, batch=st.batch, eos=eos)
+    guess.add(o.prefixes)
+    guess.add(tuple(t[: d + 1]) for t in (w.tokens if w is not None else []) for d in range(len(t)))
     phases = {"open": t1 - t0, "walks": t2 - t1, "oracle": time.perf_counter() - t2}
     out = []
     for i, (d, view) in enumerate(zip(drafters, views, strict=True)):
         t3 = time.perf_counter()
         if view is None:
             nodes = {"lookup_tree": d.tree(ids, P_max), "lookup_chain": d.chain(ids, P_max)}
+            warm_target(tctx, nodes.values())
             values = {b: prefix_values(tctx, n, P_max) for b, n in nodes.items()}
             s_P = xq = stats = None
         else:
-            nodes, values, s_P = _model_trees(view, tctx, P_max, rates[i] if rates else None, st, eos)
+            nodes, values, s_P = _model_trees(view, tctx, P_max, rates[i] if rates else None, st, eos, guess)
+            guess.add(nodes["chain"])
             xq = q_surprisals(view, w.tokens, st.depth) if w is not None else None
             stats = np.concatenate(sctx.stats[i]) if sctx.stats[i] else None
         t4 = time.perf_counter()

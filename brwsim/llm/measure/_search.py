@@ -40,12 +40,14 @@ def row_stats(logp: np.ndarray, K: int):
     return ids, vals, H, M2
 
 
-def sample_rows(logp: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One token per row of ``logp [B, V]`` (inverse-CDF sampling in float64)."""
+def sample_rows(logp: np.ndarray, rng: np.random.Generator, index=None) -> np.ndarray:
+    """One token per row of ``logp [B, V]`` (inverse-CDF sampling in float64); with ``index``, one token per
+    entry, from row ``index[i]`` (the same draws as sampling ``logp[index]``, each distinct row summed once)."""
     p = np.exp(np.asarray(logp, np.float64))
     cdf = np.cumsum(p, axis=1)
-    u = rng.random(p.shape[0]) * cdf[:, -1]
-    tok = np.array([np.searchsorted(cdf[i], u[i], side="right") for i in range(p.shape[0])])
+    index = np.arange(p.shape[0]) if index is None else np.asarray(index)
+    u = rng.random(len(index)) * cdf[index, -1]
+    tok = np.array([np.searchsorted(cdf[r], u[i], side="right") for i, r in enumerate(index)], dtype=np.int64)
     return np.minimum(tok, p.shape[1] - 1)
 
 
