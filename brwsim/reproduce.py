@@ -4,7 +4,9 @@ Each experiment is a module ``experiments.NAME`` with ``main(argv) -> dict``
 (keys ``name``, ``figures``, optional ``tables`` and ``summary``: lines of
 measured numbers). Finished points are cached, so a second run recomputes
 nothing. The report embeds every figure and table, with the experiment's own
-description and what was measured.
+description and what was measured. A run with ``--only`` replaces those
+experiments' sections of an existing report and keeps the others (each
+section says when it was run).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def run(quick: bool = False, only: list[str] | None = None, seed: int = 0, log=s
         return _run_shared(names, argv, quick, seed, log)
     t_all = time.perf_counter()
     done = [_run_one(name, argv, f"[{i}/{len(names)}]", log) for i, name in enumerate(names, 1)]
-    return write_report(done, quick, seed, time.perf_counter() - t_all)
+    return write_report(done, quick, seed, time.perf_counter() - t_all, keep_others=only is not None)
 
 
 def _run_one(name: str, argv: list[str], tag: str, log) -> tuple:
@@ -104,15 +106,56 @@ def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log) 
     if processes.is_main():
         with processes.alone():
             done = [_run_one(n, argv, f"[{i}/{len(names)}]", log)[:3] + first[n] for i, n in enumerate(names, 1)]
-            path = write_report(done, quick, seed, time.perf_counter() - t_all)
+            partial = len(names) < len(_available(EXPERIMENTS))
+            path = write_report(done, quick, seed, time.perf_counter() - t_all, keep_others=partial)
     processes.barrier("reproduce-report")
     return path
 
 
-def write_report(done, quick: bool, seed: int, total: float) -> Path:
+def _sections(text: str) -> dict[str, str]:
+    """A report's sections by experiment name (``## NAME: ...`` up to the next ``## ``), in order."""
+    out: dict[str, str] = {}
+    name = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## ") and ":" in line:
+            name = line[3:].split(":", 1)[0].strip()
+            out[name] = ""
+        if name is not None:
+            out[name] += line
+    return out
+
+
+def _section(name, mod, info, dt, computed, cached) -> list[str]:
+    doc = (mod.__doc__ or name).strip().split("\n\n")
+    title = doc[0].replace("\n", " ")
+    lines = [f"## {name}: {title}", ""]
+    if len(doc) > 1:
+        lines += [" ".join(p.replace("\n", " ") for p in doc[1:]), ""]
+    lines.append(
+        f"*Run {datetime.date.today().isoformat()}: {dt:.1f} s, {computed} points computed, {cached} read from cache; "
+        f"rows in `results/{name}.csv`.*"
+    )
+    lines.append("")
+    for fig in info.get("figures", []) or []:
+        lines += [f"![{name}]({Path(fig).name})", ""]
+    for tab in info.get("tables", []) or []:
+        lines += [Path(tab).read_text().strip(), ""]
+    summary = info.get("summary") or []
+    if summary:
+        lines += ["Measured:", ""] + [f"- {s}" for s in summary] + [""]
+    return lines
+
+
+def write_report(done, quick: bool, seed: int, total: float, keep_others: bool = False) -> Path:
+    """Write REPORT.md for the experiments ``done``; ``keep_others``: keep the other sections of an existing report
+    (a run with ``--only``), in their order, the new ones replacing theirs or appended."""
     common._MODE["quick"] = quick
     _, figures = common.out_dirs()
     figures.mkdir(parents=True, exist_ok=True)
+    path = figures / "REPORT.md"
+    old = _sections(path.read_text()) if keep_others and path.exists() else {}
+    new = {d[0]: "\n".join(_section(*d)) + "\n" for d in done}
+    kept = [n for n in old if n not in new]
     lines = [
         "# brwsim: reproduced figures and tables",
         "",
@@ -125,27 +168,10 @@ def write_report(done, quick: bool, seed: int, total: float) -> Path:
         "Every ± and every band is a 95% confidence interval.",
         "",
     ]
-    for name, mod, info, dt, computed, cached in done:
-        doc = (mod.__doc__ or name).strip().split("\n\n")
-        title = doc[0].replace("\n", " ")
-        lines += [f"## {name}: {title}", ""]
-        if len(doc) > 1:
-            lines += [" ".join(p.replace("\n", " ") for p in doc[1:]), ""]
-        lines.append(
-            f"*Run: {dt:.1f} s, {computed} points computed, {cached} read from cache; rows in `results/{name}.csv`.*"
-        )
-        lines.append("")
-        for fig in info.get("figures", []) or []:
-            fig = Path(fig)
-            lines += [f"![{name}]({fig.name})", ""]
-        for tab in info.get("tables", []) or []:
-            lines += [Path(tab).read_text().strip(), ""]
-        summary = info.get("summary") or []
-        if summary:
-            lines.append("Measured:")
-            lines.append("")
-            lines += [f"- {s}" for s in summary]
-            lines.append("")
-    path = figures / "REPORT.md"
-    path.write_text("\n".join(lines) + "\n")
+    if kept:
+        only = ",".join(new)
+        lines[2] = lines[2].replace("`; ", f" --only {only}`; ", 1)
+        lines += [f"Sections kept from the earlier report in this directory (not rerun): {', '.join(kept)}.", ""]
+    body = "".join(new.get(n) or old[n] for n in [*old, *(n for n in new if n not in old)])
+    path.write_text("\n".join(lines) + "\n" + body)
     return path

@@ -98,3 +98,23 @@ def test_entropy_table_reads_every_real_model_in_order(out):
     assert [r["law"] for r in rows] == ["smollm2/code", "gemma3-270m/code"]
     assert rows[0]["slope 1/mu"] == 2.0 and rows[1]["slope 1/mu"] == 0.5
     assert rows[1]["mu2/mu^2"] == 0.25
+
+
+def test_reproduce_only_replaces_its_sections_and_keeps_the_others(out):
+    """``--only`` rewrites the named sections of an existing report in place and keeps every other section."""
+    figures = out / "figures" / "quick"
+    figures.mkdir(parents=True)
+    old = (
+        "# brwsim: reproduced figures and tables\n\nMode: old header\n\n"
+        "## scaling_in_P: old title\n\nold scaling text\n\n"
+        "## collapse: old collapse\n\nOLD COLLAPSE BODY\n\n"
+        "## speedup: old speedup\n\nold speedup text\n"
+    )
+    (figures / "REPORT.md").write_text(old)
+    text = reproduce.run(quick=True, only=["collapse"]).read_text()
+    assert "OLD COLLAPSE BODY" not in text and "![collapse](collapse.png)" in text
+    assert "old scaling text" in text and "old speedup text" in text
+    assert text.index("## scaling_in_P") < text.index("## collapse") < text.index("## speedup")
+    assert "--only collapse`" in text and "not rerun): scaling_in_P, speedup." in text
+    # a run without --only writes a whole new report
+    assert "Sections kept" not in reproduce.write_report([], True, 0, 0.0).read_text()
