@@ -60,10 +60,11 @@ def real_rows() -> list[dict]:
         with open(path) as f:
             found = list(csv.DictReader(f))
         for r in found:
+            n = f" ({r['prompts']} prompts)" if r.get("prompts") else ""
             rows.append(
                 finish(
                     {
-                        "law": r.get("label") or r.get("law"),
+                        "law": (r.get("label") or r.get("law")) + n,
                         "spec": r.get("spec", "real model"),
                         "mu": r["mu"],
                         "mu_ci95": r.get("mu_ci95", ""),
@@ -91,7 +92,10 @@ def markdown(rows: list[dict]) -> str:
             f"{r['mu2/mu^2']:.3f} | {r['slope 1/mu']:.3f} | {r['slope (mu+mu2)/mu^2']:.3f} |"
         )
     out.append("")
-    out.append("± is a 95% Monte Carlo half-width (none: closed form). Markov rows: moments along the spine.")
+    out.append(
+        "± is a 95% Monte Carlo half-width (none: closed form); real-model rows (MODEL/task, n prompts): a 95% "
+        "Student-t interval over the prompts. Markov rows: moments along the spine."
+    )
     return "\n".join(out)
 
 

@@ -82,10 +82,11 @@ def test_reproduce_unknown_experiment(out):
         reproduce.run(quick=True, only=["nope"])
 
 
-def test_entropy_table_reads_every_real_model_in_order(out):
+def test_entropy_table_reads_every_real_model_in_order(out, monkeypatch):
     """The shipped model's real rows come first, then each ``real_model-MODEL`` file's; the stem names them."""
     from experiments import entropy_table, real_model
 
+    monkeypatch.setitem(common._MODE, "quick", False)  # an earlier quick run in this process must not redirect
     assert real_model.stem("smollm2-135m") == "real_model"
     assert real_model.stem("gemma3-270m") == "real_model-gemma3-270m"
     results = out / "results"
@@ -95,7 +96,7 @@ def test_entropy_table_reads_every_real_model_in_order(out):
             f.write("label,spec,mu,mu_ci95,mu2,mu2_ci95,prompts\n")
             f.write(f"{label},real model,{mu},0.1,1.0,0.2,64\n")
     rows = entropy_table.real_rows()
-    assert [r["law"] for r in rows] == ["smollm2/code", "gemma3-270m/code"]
+    assert [r["law"] for r in rows] == ["smollm2/code (64 prompts)", "gemma3-270m/code (64 prompts)"]
     assert rows[0]["slope 1/mu"] == 2.0 and rows[1]["slope 1/mu"] == 0.5
     assert rows[1]["mu2/mu^2"] == 0.25
 
