@@ -142,6 +142,12 @@ def cached(name: str, params: dict, compute: Callable[[], list[dict]]) -> list[d
     return rows
 
 
+def is_cached(name: str, params: dict) -> bool:
+    """Whether the point (name, params) is in the cache (reading it then computes nothing)."""
+    results, _ = out_dirs()
+    return _read_point(results / ".cache" / name / f"{_digest(params)}.json") is not None
+
+
 def bound_value(result_row: dict, name: str):
     """The value of a bound or closed form ``name`` in a result row's ``bounds``, ``predictions`` or ``iid_only``."""
     for group in ("bounds", "predictions", "iid_only"):

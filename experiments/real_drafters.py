@@ -135,9 +135,14 @@ def prompt_point(params: dict, prompt) -> dict:
         print(f"{prompt.task} {prompt.id}: {secs:.1f} s", flush=True)
         return [_point_rows(prompt, pr, drs, secs)]
 
+    return common.cached(NAME, point_key(params, prompt), compute)[0]
+
+
+def point_key(params: dict, prompt) -> dict:
+    """The cache key of one prompt's measurements."""
     keys = ("model", "drafters", "head", "P", "walks", "depth", "seed", "batch", "check_samples", "check_P", "heldout")
     spec = {k: params[k] for k in keys} | {"task": prompt.task, "id": prompt.id, "text": prompt.text}
-    return common.cached(NAME, spec | {"version": brwsim.__version__}, compute)[0]
+    return spec | {"version": brwsim.__version__}
 
 
 def _calibration(params: dict) -> dict:
@@ -371,7 +376,7 @@ def table(rows: list[dict], params: dict) -> str:
 def main(argv=None) -> dict:
     ap = common.parser(NAME, __doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=None, help="prompts per task (default 64; quick: 1)")
-    help_budget = "start no prompt after this many seconds; score the finished prompts (the rest resume later)"
+    help_budget = "measure no new prompt after this many seconds (0: score only the prompts already measured)"
     ap.add_argument("--budget-seconds", type=float, default=None, help=help_budget)
     args = ap.parse_args(argv)
     if args.n is not None and args.n < 1:
@@ -383,12 +388,17 @@ def main(argv=None) -> dict:
 
     require_llm()
     order = common.prompt_order(params["prompts"].split(","), params["n"], params["seed"])
-    points, t0 = [], time.perf_counter()
-    for i, p in enumerate(order):
-        if args.budget_seconds is not None and time.perf_counter() - t0 > args.budget_seconds:
-            print(f"time budget reached after {i} of {len(order)} prompts (finished prompts are cached)", flush=True)
-            break
+    points, skipped, t0 = [], 0, time.perf_counter()
+    for p in order:  # past the budget only prompts already measured (cached) are read
+        over = args.budget_seconds is not None and time.perf_counter() - t0 > args.budget_seconds
+        if over and not common.is_cached(NAME, point_key(params, p)):
+            skipped += 1
+            continue
         points.append(prompt_point(params, p))
+    if skipped:
+        print(f"time budget reached: {len(points)} of {len(order)} prompts scored, {skipped} left for a later run")
+    if not points:
+        ap.error("no prompt was measured within --budget-seconds and none is cached: give a larger budget")
     rows = aggregate(params, points, _calibration(params))
     common.write_rows(NAME, rows)
     with open(common.out_dirs()[0] / f"{NAME}_prompts.jsonl", "w") as f:

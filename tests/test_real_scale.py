@@ -71,3 +71,16 @@ def test_real_drafters_scores_the_fixed_builder_with_paired_t_intervals():
     assert (r0["id"], r0["P"], r0["drafter"], r0["builder"], r0["fixed"], r0["value"], r0["oracle"]) == (
         "0", 1, "m", "topq", True, 0.5, 1.0)  # fmt: skip
     assert all(r["ci95"] is None or math.isfinite(r["ci95"]) for r in rows if isinstance(r["ci95"], float))
+
+
+def test_real_drafters_budget_zero_reads_only_cached_prompts(tmp_path, monkeypatch, capsys):
+    """``--budget-seconds 0`` measures nothing new: with an empty cache it is a one-line error (exit 2)."""
+    monkeypatch.setenv("BRWSIM_OUT", str(tmp_path))
+    monkeypatch.setattr(real_drafters, "prompt_point", lambda *a: pytest.fail("a prompt was measured"))
+    with pytest.raises(SystemExit) as e:
+        real_drafters.main(["--quick", "--budget-seconds", "0"])
+    assert e.value.code == 2
+    assert "none is cached" in capsys.readouterr().err
+    assert not common.is_cached("real_drafters", {"a": 1})
+    common.cached("real_drafters", {"a": 1}, lambda: [{"x": 1}])
+    assert common.is_cached("real_drafters", {"a": 1}) and not common.is_cached("real_drafters", {"a": 2})
