@@ -60,7 +60,7 @@ def run(quick: bool = False, only: list[str] | None = None, seed: int = 0, log=s
         names = [n for n in names if n in only]
     argv = ["--seed", str(seed)] + (["--quick"] if quick else [])
     if processes.count() > 1:
-        return _run_shared(names, argv, quick, seed, log)
+        return _run_shared(names, argv, quick, seed, log, keep_others=only is not None)
     t_all = time.perf_counter()
     done = [_run_one(name, argv, f"[{i}/{len(names)}]", log) for i, name in enumerate(names, 1)]
     return write_report(done, quick, seed, time.perf_counter() - t_all, keep_others=only is not None)
@@ -85,7 +85,7 @@ def _cache_files() -> dict[str, Path]:
     return {str(p.relative_to(root)): p for p in root.rglob("*.json")} if root.exists() else {}
 
 
-def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log) -> Path | None:
+def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log, keep_others: bool) -> Path | None:
     """A multi-process run: each process computes every ``count()``-th experiment's points into the cache;
     the new cache entries are exchanged; process 0 then assembles every experiment from the cache and
     writes the report (with each experiment's first run time)."""
@@ -106,8 +106,7 @@ def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log) 
     if processes.is_main():
         with processes.alone():
             done = [_run_one(n, argv, f"[{i}/{len(names)}]", log)[:3] + first[n] for i, n in enumerate(names, 1)]
-            partial = len(names) < len(_available(EXPERIMENTS))
-            path = write_report(done, quick, seed, time.perf_counter() - t_all, keep_others=partial)
+            path = write_report(done, quick, seed, time.perf_counter() - t_all, keep_others=keep_others)
     processes.barrier("reproduce-report")
     return path
 
@@ -156,11 +155,12 @@ def write_report(done, quick: bool, seed: int, total: float, keep_others: bool =
     old = _sections(path.read_text()) if keep_others and path.exists() else {}
     new = {d[0]: "\n".join(_section(*d)) + "\n" for d in done}
     kept = [n for n in old if n not in new]
+    command = "brwsim reproduce" + (" --quick" if quick else "") + (f" --only {','.join(new)}" if kept else "")
     lines = [
         "# brwsim: reproduced figures and tables",
         "",
         f"Mode: {'quick (small runs)' if quick else 'full'}; seed {seed}; "
-        f"command `brwsim reproduce{' --quick' if quick else ''}`; "
+        f"command `{command}`; "
         f"{datetime.date.today().isoformat()}; {platform.machine()}, {platform.system()}; "
         f"total wall time {total:.0f} s (points already cached are not recomputed: see the per-experiment counts).",
         "",
@@ -169,8 +169,6 @@ def write_report(done, quick: bool, seed: int, total: float, keep_others: bool =
         "",
     ]
     if kept:
-        only = ",".join(new)
-        lines[2] = lines[2].replace("`; ", f" --only {only}`; ", 1)
         lines += [f"Sections kept from the earlier report in this directory (not rerun): {', '.join(kept)}.", ""]
     body = "".join(new.get(n) or old[n] for n in [*old, *(n for n in new if n not in old)])
     path.write_text("\n".join(lines) + "\n" + body)

@@ -125,8 +125,7 @@ def cached(name: str, params: dict, compute: Callable[[], list[dict]]) -> list[d
     Concurrent runs into one output directory compute each point once (:func:`_point_lock`); a point counts
     as ``computed`` once its rows are in the cache, so an interrupted run counts only finished points.
     """
-    results, _ = out_dirs()
-    path = results / ".cache" / name / f"{_digest(params)}.json"
+    path = _point_path(name, params)
     rows = _read_point(path)
     if rows is None:
         with _point_lock(path):
@@ -142,10 +141,13 @@ def cached(name: str, params: dict, compute: Callable[[], list[dict]]) -> list[d
     return rows
 
 
+def _point_path(name: str, params: dict) -> Path:
+    return out_dirs()[0] / ".cache" / name / f"{_digest(params)}.json"
+
+
 def is_cached(name: str, params: dict) -> bool:
     """Whether the point (name, params) is in the cache (reading it then computes nothing)."""
-    results, _ = out_dirs()
-    return _read_point(results / ".cache" / name / f"{_digest(params)}.json") is not None
+    return _read_point(_point_path(name, params)) is not None
 
 
 def bound_value(result_row: dict, name: str):

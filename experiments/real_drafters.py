@@ -19,7 +19,8 @@ lengths tau count the verifier's own token too: tau = X + 1.
 
 Prompts: ``--n`` per task (64), in the seeded interleaved order of
 ``experiments.common.prompt_order``; every prompt's measurements are cached,
-so a run stopped early resumes. Writes results/real_drafters.{csv,jsonl},
+so a run stopped early resumes; ``--budget-seconds S`` measures new prompts
+for S seconds and scores every prompt measured so far. Writes results/real_drafters.{csv,jsonl},
 results/real_drafters_prompts.jsonl (one row per prompt x P x drafter x
 builder: value and oracle value), figures/real_drafters.{png,pdf} and
 figures/real_drafters_table.md. ``--quick``: one prompt per task, P <= 8,

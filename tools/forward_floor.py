@@ -79,7 +79,7 @@ def measure(params: dict, n: int, tasks: list[str], log) -> tuple[list[dict], di
     plog = PassLog(source)
     rows = []
     for p in common.prompt_order(tasks, n, params["seed"]):
-        wall, start = {}, len(plog.rows)
+        start = len(plog.rows)
         plog.phase, t0 = "open", time.perf_counter()
         ids = source.encode(p.text)
         ctx = source.open(ids)

@@ -164,8 +164,8 @@ struct Heap {
   uint64_t* h;  // h[1..n]: a max-heap (1-based)
   int64_t n;
 
-  inline void push(uint64_t x) {
-    int64_t i = ++n;
+  // Place x at hole i, moving it up past smaller parents.
+  inline void sift_up(int64_t i, uint64_t x) {
     while (i > 1) {
       uint64_t p = h[i >> 1];
       if (p >= x) break;
@@ -174,6 +174,8 @@ struct Heap {
     }
     h[i] = x;
   }
+
+  inline void push(uint64_t x) { sift_up(++n, x); }
 
   // Replace the top by x and restore the heap: the hole goes down along the larger children to a
   // leaf (no compare with x on the way), then x rises from there (usually a step or two).
@@ -189,13 +191,7 @@ struct Heap {
       h[i] = h[c];
       i = c;
     }
-    while (i > 1) {
-      uint64_t p = h[i >> 1];
-      if (p >= x) break;
-      h[i] = p;
-      i >>= 1;
-    }
-    h[i] = x;
+    sift_up(i, x);
   }
 
   inline void pop() {
