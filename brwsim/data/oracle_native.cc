@@ -516,19 +516,36 @@ static void search_lanes(const Law& law, const float* first, const int32_t* row0
 #if defined(__AVX2__)
     static_assert(LANES == 8, "one AVX2 vector of candidates per slot");
     {
-      __m256 b = _mm256_load_ps(v);
-      __m256 x = _mm256_setzero_ps();  // slot numbers (int32 bits)
-      __m256i sv = _mm256_setzero_si256();
-      const __m256i one = _mm256_set1_epi32(1);
-      for (int64_t s = 1; s < n; s++) {
-        sv = _mm256_add_epi32(sv, one);
-        __m256 c = _mm256_load_ps(v + s * LANES);
-        __m256 gt = _mm256_cmp_ps(c, b, _CMP_GT_OQ);
-        b = _mm256_blendv_ps(b, c, gt);
-        x = _mm256_blendv_ps(x, _mm256_castsi256_ps(sv), gt);
+      // two accumulators, odd and even slots, halve the compare-blend chain; each keeps its lowest
+      // slot among equal values, and the merge prefers the lower slot on a tie
+      __m256 b0 = _mm256_load_ps(v), b1 = _mm256_set1_ps(-INFINITY);
+      __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_set1_epi32(1);
+      __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_set1_epi32(-1);
+      const __m256i two = _mm256_set1_epi32(2);
+      int64_t s = 1;
+      for (; s + 1 < n; s += 2) {
+        s1 = _mm256_add_epi32(s1, two);
+        s0 = _mm256_add_epi32(s0, two);
+        __m256 c1 = _mm256_load_ps(v + s * LANES), c0 = _mm256_load_ps(v + (s + 1) * LANES);
+        __m256 g1 = _mm256_cmp_ps(c1, b1, _CMP_GT_OQ), g0 = _mm256_cmp_ps(c0, b0, _CMP_GT_OQ);
+        b1 = _mm256_blendv_ps(b1, c1, g1);
+        b0 = _mm256_blendv_ps(b0, c0, g0);
+        x1 = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x1), _mm256_castsi256_ps(s1), g1));
+        x0 = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x0), _mm256_castsi256_ps(s0), g0));
       }
-      _mm256_store_ps(best, b);
-      _mm256_store_ps(reinterpret_cast<float*>(idx), x);
+      if (s < n) {  // one odd slot left
+        __m256 c1 = _mm256_load_ps(v + s * LANES);
+        __m256 g1 = _mm256_cmp_ps(c1, b1, _CMP_GT_OQ);
+        b1 = _mm256_blendv_ps(b1, c1, g1);
+        x1 = _mm256_castps_si256(
+            _mm256_blendv_ps(_mm256_castsi256_ps(x1), _mm256_castsi256_ps(_mm256_set1_epi32(int(s))), g1));
+      }
+      __m256 take1 = _mm256_or_ps(
+          _mm256_cmp_ps(b1, b0, _CMP_GT_OQ),
+          _mm256_and_ps(_mm256_cmp_ps(b1, b0, _CMP_EQ_OQ), _mm256_castsi256_ps(_mm256_cmpgt_epi32(x0, x1))));
+      _mm256_store_ps(best, _mm256_blendv_ps(b0, b1, take1));
+      _mm256_store_ps(reinterpret_cast<float*>(idx),
+                      _mm256_blendv_ps(_mm256_castsi256_ps(x0), _mm256_castsi256_ps(x1), take1));
     }
 #else
     for (int l = 0; l < LANES; l++) {
