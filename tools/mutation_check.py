@@ -158,6 +158,10 @@ MODULES = {
     "theory": (["brwsim/theory/*"], ["tests/test_theory.py", "tests/test_bounds_property.py"]),
     "spine": (["brwsim/spine/*"], ["tests/test_spine.py", "tests/test_bounds_property.py"]),
     "spine_curves": (["brwsim/spine/_curves.py"], ["tests/test_spine.py", "tests/test_bounds_property.py"]),
+    "spine_walks": (
+        [f"brwsim/spine/{f}.py" for f in ("_walks", "_stationary", "_coupled", "__init__")],
+        ["tests/test_spine.py", "tests/test_bounds_property.py"],
+    ),
     "laws": (["brwsim/laws/*"], ["tests/test_laws.py"]),
     "drafters": (["brwsim/drafters/*"], ["tests/test_drafters.py"]),
     "specsampling": (["brwsim/specsampling/*"], ["tests/test_specsampling.py"]),
