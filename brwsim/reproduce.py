@@ -14,9 +14,11 @@ from __future__ import annotations
 import datetime
 import importlib
 import importlib.util
+import math
 import platform
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from experiments import common
@@ -37,6 +39,9 @@ EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows rea
     "real_drafters",
     "speedup",  # reads the rows real_model and real_drafters write
 ]
+# the experiments whose work grows with prompts: they take --budget-seconds (no prompt started after it; the rows
+# carry the prompt counts actually scored)
+BUDGETED = ("real_model", "real_drafters")
 
 
 def _available(names):
@@ -47,8 +52,19 @@ def _available(names):
     return out
 
 
-def run(quick: bool = False, only: list[str] | None = None, seed: int = 0, log=sys.stderr) -> Path:
-    """Run the experiments (all, or ``only``: a non-empty list of names) and write the report; return its path."""
+def run(
+    quick: bool = False,
+    only: list[str] | None = None,
+    seed: int = 0,
+    log=sys.stderr,
+    budget_seconds: float | None = None,
+) -> Path:
+    """Run the experiments (all, or ``only``: a non-empty list of names) and write the report; return its path.
+
+    ``budget_seconds``: handed to each experiment of :data:`BUDGETED` (each starts no new prompt after that
+    many seconds of its own; 0 scores only the prompts already measured and cached)."""
+    if budget_seconds is not None and not (math.isfinite(budget_seconds) and budget_seconds >= 0):
+        raise BrwsimError(f"--budget-seconds must be a finite number >= 0, got {budget_seconds}")
     names = _available(EXPERIMENTS)
     if only is not None:
         only = [n.strip() for n in only if n.strip()]
@@ -58,12 +74,15 @@ def run(quick: bool = False, only: list[str] | None = None, seed: int = 0, log=s
         if unknown:
             raise BrwsimError(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(names)}")
         names = [n for n in names if n in only]
-    argv = ["--seed", str(seed)] + (["--quick"] if quick else [])
+    base = ["--seed", str(seed)] + (["--quick"] if quick else [])
+    budget = ["--budget-seconds", repr(float(budget_seconds))] if budget_seconds is not None else []
+    argv = {n: base + (budget if n in BUDGETED else []) for n in names}
+    report = partial(write_report, quick=quick, seed=seed, keep_others=only is not None, budget_seconds=budget_seconds)
     if processes.count() > 1:
-        return _run_shared(names, argv, quick, seed, log, keep_others=only is not None)
+        return _run_shared(names, argv, log, report)
     t_all = time.perf_counter()
-    done = [_run_one(name, argv, f"[{i}/{len(names)}]", log) for i, name in enumerate(names, 1)]
-    return write_report(done, quick, seed, time.perf_counter() - t_all, keep_others=only is not None)
+    done = [_run_one(name, argv[name], f"[{i}/{len(names)}]", log) for i, name in enumerate(names, 1)]
+    return report(done, total=time.perf_counter() - t_all)
 
 
 def _run_one(name: str, argv: list[str], tag: str, log) -> tuple:
@@ -85,7 +104,7 @@ def _cache_files() -> dict[str, Path]:
     return {str(p.relative_to(root)): p for p in root.rglob("*.json")} if root.exists() else {}
 
 
-def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log, keep_others: bool) -> Path | None:
+def _run_shared(names: list[str], argv: dict[str, list[str]], log, report) -> Path | None:
     """A multi-process run: each process computes every ``count()``-th experiment's points into the cache;
     the new cache entries are exchanged; process 0 then assembles every experiment from the cache and
     writes the report (with each experiment's first run time)."""
@@ -93,7 +112,7 @@ def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log, 
     before, first, mine, me = set(_cache_files()), {}, processes.share(names), processes.index()
     with processes.alone():
         for name in mine:
-            _, _, _, dt, computed, cached = _run_one(name, argv, f"[process {me}]", log)
+            _, _, _, dt, computed, cached = _run_one(name, argv[name], f"[process {me}]", log)
             first[name] = (dt, computed, cached)
     new = {k: p.read_bytes() for k, p in _cache_files().items() if k not in before}
     root = common.out_dirs()[0] / ".cache"
@@ -105,8 +124,8 @@ def _run_shared(names: list[str], argv: list[str], quick: bool, seed: int, log, 
     path = None
     if processes.is_main():
         with processes.alone():
-            done = [_run_one(n, argv, f"[{i}/{len(names)}]", log)[:3] + first[n] for i, n in enumerate(names, 1)]
-            path = write_report(done, quick, seed, time.perf_counter() - t_all, keep_others=keep_others)
+            done = [_run_one(n, argv[n], f"[{i}/{len(names)}]", log)[:3] + first[n] for i, n in enumerate(names, 1)]
+            path = report(done, total=time.perf_counter() - t_all)
     processes.barrier("reproduce-report")
     return path
 
@@ -145,9 +164,12 @@ def _section(name, mod, info, dt, computed, cached) -> list[str]:
     return lines
 
 
-def write_report(done, quick: bool, seed: int, total: float, keep_others: bool = False) -> Path:
+def write_report(
+    done, quick: bool, seed: int, total: float, keep_others: bool = False, budget_seconds: float | None = None
+) -> Path:
     """Write REPORT.md for the experiments ``done``; ``keep_others``: keep the other sections of an existing report
-    (a run with ``--only``), in their order, the new ones replacing theirs or appended."""
+    (a run with ``--only``), in their order, the new ones replacing theirs or appended. ``budget_seconds``: the
+    run's ``--budget-seconds``, named in the header's command."""
     common._MODE["quick"] = quick
     _, figures = common.out_dirs()
     figures.mkdir(parents=True, exist_ok=True)
@@ -155,7 +177,12 @@ def write_report(done, quick: bool, seed: int, total: float, keep_others: bool =
     old = _sections(path.read_text()) if keep_others and path.exists() else {}
     new = {d[0]: "\n".join(_section(*d)) + "\n" for d in done}
     kept = [n for n in old if n not in new]
-    command = "brwsim reproduce" + (" --quick" if quick else "") + (f" --only {','.join(new)}" if kept else "")
+    command = (
+        "brwsim reproduce"
+        + (" --quick" if quick else "")
+        + (f" --only {','.join(new)}" if kept else "")
+        + (f" --budget-seconds {budget_seconds:g}" if budget_seconds is not None else "")
+    )
     lines = [
         "# brwsim: reproduced figures and tables",
         "",

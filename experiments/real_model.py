@@ -36,6 +36,7 @@ import numpy as np
 
 import brwsim
 from brwsim._stats import mean_ci95
+from brwsim.errors import BrwsimError
 from experiments import common
 
 NAME = "real_model"
@@ -123,6 +124,11 @@ def compute(params: dict) -> list[dict]:
                 v = common.bound_value(r, b)
                 if v is not None:
                     rows.append(common.row(label, r["P"], b, v, 0.0, n, seed, **extra))
+    if not rows:  # only a time budget stops a task short of its (at least 2) prompts
+        raise BrwsimError(
+            f"no task had the 2 prompts a t interval needs within --budget-seconds {params['budget_seconds']}; "
+            "give a larger budget"
+        )
     prompts = sum(len(rs) for rs in by_task.values())
     frac = fwd_s / model_s if model_s > 0 else None
     rows.append(common.row(params["model"], None, "forward_fraction", frac, 0.0, prompts, seed,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import types
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,22 @@ def test_reproduce_only_replaces_its_sections_and_keeps_the_others(out):
     assert "--only collapse`" in text and "not rerun): scaling_in_P, speedup." in text
     # a run without --only writes a whole new report
     assert "Sections kept" not in reproduce.write_report([], True, 0, 0.0).read_text()
+
+
+def test_reproduce_budget_reaches_the_prompt_experiments_only(out, monkeypatch):
+    """``--budget-seconds`` goes to the experiments that measure prompts and into the report's command."""
+    seen = {}
+
+    def fake_run_one(name, argv, tag, log):
+        seen[name] = argv
+        return name, types.SimpleNamespace(__doc__=f"{name} title"), {}, 0.0, 0, 0
+
+    monkeypatch.setattr(reproduce, "_run_one", fake_run_one)
+    text = reproduce.run(quick=True, only=["collapse", "real_drafters"], budget_seconds=0).read_text()
+    assert seen["real_drafters"] == ["--seed", "0", "--quick", "--budget-seconds", "0.0"]
+    assert seen["collapse"] == ["--seed", "0", "--quick"]
+    assert "command `brwsim reproduce --quick --budget-seconds 0`" in text
+    assert set(reproduce.BUDGETED) == {"real_model", "real_drafters"}
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(BrwsimError, match="--budget-seconds must be a finite number >= 0"):
+            reproduce.run(quick=True, only=["collapse"], budget_seconds=bad)

@@ -1,4 +1,4 @@
-"""``brwsim reproduce [--quick] [--only NAME,...]``: every experiment, figure and table, and the report."""
+"""``brwsim reproduce [--quick] [--only NAME,...] [--budget-seconds S]``: every experiment, figure, table, report."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _cmd(args) -> int:
     only = args.only.split(",") if args.only is not None else None
     before = dict(common.COUNTERS)
     try:
-        path = run(quick=args.quick, only=only, seed=args.seed)
+        path = run(quick=args.quick, only=only, seed=args.seed, budget_seconds=args.budget_seconds)
     except KeyboardInterrupt:
         computed = common.COUNTERS["computed"] - before.get("computed", 0)
         cached = common.COUNTERS["cached"] - before.get("cached", 0)
@@ -39,4 +39,11 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true", help="small runs (a few minutes in all)")
     p.add_argument("--only", default=None, help="comma-separated experiment names")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=None,
+        help="each real-model experiment starts no new prompt after this many seconds (0: score only the prompts "
+        "already measured and cached); the rows and report carry the prompt counts scored",
+    )
     p.set_defaults(func=_cmd)
