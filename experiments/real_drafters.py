@@ -34,6 +34,7 @@ import itertools
 import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -389,13 +390,14 @@ def main(argv=None) -> dict:
 
     require_llm()
     order = common.prompt_order(params["prompts"].split(","), params["n"], params["seed"])
-    points, skipped, t0 = [], 0, time.perf_counter()
+    points, skipped, t0, scored = [], 0, time.perf_counter(), {}
     for p in order:  # past the budget only prompts already measured (cached) are read
         over = args.budget_seconds is not None and time.perf_counter() - t0 > args.budget_seconds
         if over and not common.is_cached(NAME, point_key(params, p)):
             skipped += 1
             continue
         points.append(prompt_point(params, p))
+        scored[p.task] = scored.get(p.task, 0) + 1
     if skipped:
         print(f"time budget reached: {len(points)} of {len(order)} prompts scored, {skipped} left for a later run")
     if not points:
@@ -408,12 +410,14 @@ def main(argv=None) -> dict:
     tab = table(rows, params)
     path = common.out_dirs()[1] / f"{NAME}_table.md"
     path.write_text(tab)
-    lines = [ln for ln in tab.splitlines() if ln.startswith("| ") and "task" not in ln]
+    counts = ", ".join(f"{task} {k}" for task, k in scored.items())
+    lines = [f"prompts scored per task: {counts} (of {params['n']} each; table above, {path.name})"]
     return {"name": NAME, "figures": [png], "tables": [str(path)], "summary": lines}
 
 
 if __name__ == "__main__":
     out = main()
+    print(Path(out["tables"][0]).read_text())
     for line in out["summary"]:
         print(line)
     print(f"wrote {out['figures'][0]}")

@@ -325,7 +325,8 @@ def main(argv=None) -> dict:
         b = t.best
         edge = " (largest P tried)" if t.at_edge() else (" (E[X] extrapolated there)" if b.P > P_meas else "")
         lines.append(
-            f"{panel} {name}: best P = {b.P}{edge}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} (estimate)"
+            f"{panel} {name}: best P = {b.P}{edge}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} (estimate; E[X] "
+            "over the real-model run's prompts)"
         )
     for task, b in best_sets(params):
         rows.append(common.row(f"{MODEL}/{task}", b.smallest, "best_P_set", b.speedup[b.smallest], None, b.replicates,
@@ -341,7 +342,8 @@ def main(argv=None) -> dict:
                                params["seed"], panel=panel, drafter=name, t_pass=t.draft.t_pass,
                                draft_cost=t.draft.kind, ex=b.ex))  # fmt: skip
         lines.append(f"{panel} {task} {name}: best P = {b.P}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
-                     f"(draft pass {1e3 * t.draft.t_pass:.3g} ms, {t.draft.kind})")  # fmt: skip
+                     f"(estimate; draft pass {1e3 * t.draft.t_pass:.3g} ms, {t.draft.kind}; E[X] over the "
+                     "real-drafters prompts, fewer than the real-model run's)")  # fmt: skip
     figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []
     common.write_rows(NAME, rows)
     write_cpu_cost(cost)
