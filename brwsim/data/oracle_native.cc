@@ -271,6 +271,13 @@ struct FlatFrontier {
 #endif
 };
 
+#ifndef FLATB
+#define FLATB 2
+#endif
+// vectors of eight trees the flat search takes together (measured: two run more compare chains
+// and lane work side by side than one)
+constexpr int FLAT_BLOCKS = FLATB;
+
 #ifndef GHEAP
 #define GHEAP 1
 #endif
@@ -498,82 +505,96 @@ static inline bool keyless(const Law& law) {
 // every tree's top at once (vertical compares, no horizontal reduction: strictly greater wins, so
 // the lowest slot among equal candidates, and slot 0 when all are -inf); then each tree, in scalar
 // code, takes its node as search_keyless does. Trees past n_active repeat tree 0 and write nothing.
-template <bool HASHED>
+template <bool HASHED, int NB>
 static void search_lanes(const Law& law, const float* first, const int32_t* row0, int64_t P, int64_t t0,
                          int n_active, Rec16* __restrict rec, float* __restrict v, const Out& out) {
+  constexpr int W = NB * LANES;  // trees searched together: NB vectors of eight per slot
   const int64_t K = law.K;
   const float* tab = law.table;
   const FastMod mod(law.n_hash);
-  for (int l = 0; l < LANES; l++) {
+  for (int l = 0; l < W; l++) {
     rec[l] = Rec16{0.0f, row0[l], 0, 0};
     v[l] = first[row0[l]];
   }
-  int64_t base[LANES];
-  for (int l = 0; l < LANES; l++) base[l] = (t0 + (l < n_active ? l : 0)) * P - 1;
+  int64_t base[W];
+  for (int l = 0; l < W; l++) base[l] = (t0 + (l < n_active ? l : 0)) * P - 1;
   for (int64_t n = 1; n <= P; n++) {
-    alignas(32) float best[LANES];
-    alignas(32) int32_t idx[LANES];
+    alignas(32) float best[W];
+    alignas(32) int32_t idx[W];
 #if defined(__AVX2__)
-    static_assert(LANES == 8, "one AVX2 vector of candidates per slot");
+    static_assert(LANES == 8, "one AVX2 vector of candidates per slot and block");
     {
-      // two accumulators, odd and even slots, halve the compare-blend chain; each keeps its lowest
-      // slot among equal values, and the merge prefers the lower slot on a tie
-      __m256 b0 = _mm256_load_ps(v), b1 = _mm256_set1_ps(-INFINITY);
-      __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_set1_epi32(1);
+      // per vector of eight trees two accumulators, odd and even slots (independent compare-blend
+      // chains, 2 * NB of them); each keeps its lowest slot among equal values, and the merge
+      // prefers the lower slot on a tie
+      __m256 b0[NB], b1[NB];
+      __m256i x0[NB], x1[NB];
+      for (int h = 0; h < NB; h++) {
+        b0[h] = _mm256_load_ps(v + 8 * h);
+        b1[h] = _mm256_set1_ps(-INFINITY);
+        x0[h] = _mm256_setzero_si256();
+        x1[h] = _mm256_set1_epi32(1);
+      }
       __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_set1_epi32(-1);
       const __m256i two = _mm256_set1_epi32(2);
       int64_t s = 1;
       for (; s + 1 < n; s += 2) {
         s1 = _mm256_add_epi32(s1, two);
         s0 = _mm256_add_epi32(s0, two);
-        __m256 c1 = _mm256_load_ps(v + s * LANES), c0 = _mm256_load_ps(v + (s + 1) * LANES);
-        __m256 g1 = _mm256_cmp_ps(c1, b1, _CMP_GT_OQ), g0 = _mm256_cmp_ps(c0, b0, _CMP_GT_OQ);
-        b1 = _mm256_blendv_ps(b1, c1, g1);
-        b0 = _mm256_blendv_ps(b0, c0, g0);
-        x1 = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x1), _mm256_castsi256_ps(s1), g1));
-        x0 = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x0), _mm256_castsi256_ps(s0), g0));
+        for (int h = 0; h < NB; h++) {
+          __m256 c1 = _mm256_load_ps(v + s * W + 8 * h), c0 = _mm256_load_ps(v + (s + 1) * W + 8 * h);
+          __m256 g1 = _mm256_cmp_ps(c1, b1[h], _CMP_GT_OQ), g0 = _mm256_cmp_ps(c0, b0[h], _CMP_GT_OQ);
+          b1[h] = _mm256_blendv_ps(b1[h], c1, g1);
+          b0[h] = _mm256_blendv_ps(b0[h], c0, g0);
+          x1[h] = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x1[h]), _mm256_castsi256_ps(s1), g1));
+          x0[h] = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x0[h]), _mm256_castsi256_ps(s0), g0));
+        }
       }
       if (s < n) {  // one odd slot left
-        __m256 c1 = _mm256_load_ps(v + s * LANES);
-        __m256 g1 = _mm256_cmp_ps(c1, b1, _CMP_GT_OQ);
-        b1 = _mm256_blendv_ps(b1, c1, g1);
-        x1 = _mm256_castps_si256(
-            _mm256_blendv_ps(_mm256_castsi256_ps(x1), _mm256_castsi256_ps(_mm256_set1_epi32(int(s))), g1));
+        const __m256 sv = _mm256_castsi256_ps(_mm256_set1_epi32(int(s)));
+        for (int h = 0; h < NB; h++) {
+          __m256 c1 = _mm256_load_ps(v + s * W + 8 * h);
+          __m256 g1 = _mm256_cmp_ps(c1, b1[h], _CMP_GT_OQ);
+          b1[h] = _mm256_blendv_ps(b1[h], c1, g1);
+          x1[h] = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x1[h]), sv, g1));
+        }
       }
-      __m256 take1 = _mm256_or_ps(
-          _mm256_cmp_ps(b1, b0, _CMP_GT_OQ),
-          _mm256_and_ps(_mm256_cmp_ps(b1, b0, _CMP_EQ_OQ), _mm256_castsi256_ps(_mm256_cmpgt_epi32(x0, x1))));
-      _mm256_store_ps(best, _mm256_blendv_ps(b0, b1, take1));
-      _mm256_store_ps(reinterpret_cast<float*>(idx),
-                      _mm256_blendv_ps(_mm256_castsi256_ps(x0), _mm256_castsi256_ps(x1), take1));
+      for (int h = 0; h < NB; h++) {
+        __m256 take1 = _mm256_or_ps(_mm256_cmp_ps(b1[h], b0[h], _CMP_GT_OQ),
+                                    _mm256_and_ps(_mm256_cmp_ps(b1[h], b0[h], _CMP_EQ_OQ),
+                                                  _mm256_castsi256_ps(_mm256_cmpgt_epi32(x0[h], x1[h]))));
+        _mm256_store_ps(best + 8 * h, _mm256_blendv_ps(b0[h], b1[h], take1));
+        _mm256_store_ps(reinterpret_cast<float*>(idx + 8 * h),
+                        _mm256_blendv_ps(_mm256_castsi256_ps(x0[h]), _mm256_castsi256_ps(x1[h]), take1));
+      }
     }
 #else
-    for (int l = 0; l < LANES; l++) {
+    for (int l = 0; l < W; l++) {
       best[l] = v[l];
       idx[l] = 0;
     }
     for (int64_t s = 1; s < n; s++) {
-      const float* vs = v + s * LANES;
-      for (int l = 0; l < LANES; l++) {
+      const float* vs = v + s * W;
+      for (int l = 0; l < W; l++) {
         bool gt = vs[l] > best[l];
         best[l] = gt ? vs[l] : best[l];
         idx[l] = gt ? int32_t(s) : idx[l];
       }
     }
 #endif
-    for (int l = 0; l < LANES; l++) {
+    for (int l = 0; l < W; l++) {
       const int64_t j = idx[l];
       const float m = best[l];
-      Rec16& p = rec[j * LANES + l];
+      Rec16& p = rec[j * W + l];
       int32_t r = p.ptr;
       p.ptr = r + 1;
       float nxt = (r + 1 < K) ? tab[int64_t(p.row) * K + r + 1] : -INFINITY;
-      v[j * LANES + l] = p.lp + nxt;  // the parent's next child replaces it
+      v[j * W + l] = p.lp + nxt;  // the parent's next child replaces it
       int32_t row = HASHED ? hash_state(uint32_t(p.row), uint32_t(r), mod) : 0;
-      v[n * LANES + l] = m + first[row];  // the new node's best child enters at slot n
+      v[n * W + l] = m + first[row];  // the new node's best child enters at slot n
       __builtin_prefetch(tab + int64_t(row) * K + 1);
       int32_t depth = p.depth + 1;
-      rec[n * LANES + l] = Rec16{m, row, 0, depth};
+      rec[n * W + l] = Rec16{m, row, 0, depth};
       if (l < n_active) {
         int64_t i = base[l] + n;
         out.parent[i] = int32_t(j) - 1;
@@ -593,9 +614,10 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
     for (uint32_t i = 0; i < law.n_rows; i++) first[i] = law.table[int64_t(i) * law.K];
     const bool flat = P + 1 <= FLAT_MAX;
     const bool hashed = law.child_kind == CHILD_HASH;
-    // flat: one block's records and candidates, slot-major; heap: GROUP_HEAP trees' records and heaps
-    std::vector<Rec16> recs(size_t(flat ? LANES : GROUP_HEAP) * size_t(P + 1));
-    std::vector<float> lv(flat ? size_t(LANES) * size_t(P + 1) + 8 : 0);
+    // flat: one group's records and candidates, slot-major; heap: GROUP_HEAP trees' records and heaps
+    constexpr int FW = FLAT_BLOCKS * LANES;  // trees the flat search takes together
+    std::vector<Rec16> recs(size_t(flat ? FW : GROUP_HEAP) * size_t(P + 1));
+    std::vector<float> lv(flat ? size_t(FW) * size_t(P + 1) + 8 : 0);
     float* lva = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(lv.data()) + 31) & ~uintptr_t(31));
     std::vector<uint64_t> heaps(flat ? 0 : size_t(GROUP_HEAP) * size_t(P + 2));
     Rec16* rec[GROUP_HEAP];
@@ -605,28 +627,30 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
       hb[g] = heaps.data() + g * (P + 2);
     }
     std::vector<uint32_t> kb(size_t(2 * LANES * (P + 1)));
-    int32_t row[LANES];
-    for (int64_t t0 = 0; t0 < B; t0 += LANES) {
-      int n_active = int(B - t0 < LANES ? B - t0 : LANES);
-      root_rows(law, tree_keys, t0, n_active, row);
+    int32_t row[FW];
+    const int64_t step = flat ? FW : LANES;
+    for (int64_t t0 = 0; t0 < B; t0 += step) {
+      const int n_group = int(B - t0 < step ? B - t0 : step);
+      for (int b = 0; b < n_group; b += LANES) root_rows(law, tree_keys, t0 + b, std::min(n_group - b, LANES), row + b);
+      for (int l = (n_group + LANES - 1) / LANES * LANES; l < step; l++) row[l] = row[0];  // (not written out)
       if (flat) {
-        (hashed ? search_lanes<true> : search_lanes<false>)(law, first.data(), row, P, t0, n_active, recs.data(),
-                                                             lva, out);
+        (hashed ? search_lanes<true, FLAT_BLOCKS> : search_lanes<false, FLAT_BLOCKS>)(
+            law, first.data(), row, P, t0, n_group, recs.data(), lva, out);
       } else {
         int l = 0;
-        for (; l + GROUP_HEAP <= n_active; l += GROUP_HEAP) {
+        for (; l + GROUP_HEAP <= n_group; l += GROUP_HEAP) {
           int64_t o[GROUP_HEAP];
           for (int g = 0; g < GROUP_HEAP; g++) o[g] = (t0 + l + g) * P;
           (hashed ? search_keyless<GROUP_HEAP, true> : search_keyless<GROUP_HEAP, false>)(
               law, first.data(), row + l, P, rec, hb, o, out);
         }
-        for (; l < n_active; l++) {
+        for (; l < n_group; l++) {
           int64_t o = (t0 + l) * P;
           (hashed ? search_keyless<1, true> : search_keyless<1, false>)(law, first.data(), row + l, P, rec, hb, &o,
                                                                        out);
         }
       }
-      node_keys(tree_keys, t0, n_active, P, kb.data(), out);
+      for (int b = 0; b < n_group; b += LANES) node_keys(tree_keys, t0 + b, std::min(n_group - b, LANES), P, kb.data(), out);
     }
     return;
   }
