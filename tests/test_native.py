@@ -43,14 +43,15 @@ def _same(a, b, fields=None) -> list:
 
 
 # (P, batch): P = 1, flat-frontier P (the largest is 135), heap P; batches that fill and that do not
-# fill a block of eight trees (the flat search of fixed and table laws runs eight trees together).
+# fill a block of eight trees or a group of sixteen (the flat search of fixed and table laws runs
+# sixteen trees together, and their node keys come sixteen trees at a time up to P = 2047, eight past it).
 # tests/test_oracle.py checks the default (native) kernel against the reference search on every
 # indexed law too.
 CASES = {
-    "fixed_ties": [(1, 3), (40, 16), (135, 9), (300, 5)],
+    "fixed_ties": [(1, 3), (40, 16), (135, 9), (300, 5), (2048, 2)],
     "fixed_one": [(17, 2)],
     "pool": [(135, 9), (300, 5)],
-    "table": [(16, 13), (40, 16), (135, 11), (136, 3), (200, 3)],
+    "table": [(16, 13), (16, 37), (40, 16), (135, 11), (136, 3), (200, 3)],
 }
 
 
