@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.random import key
@@ -90,3 +91,12 @@ def test_indexed_laws_rows_are_their_node_distributions(indexed_laws):
         assert np.array_equal(np.asarray(a), np.asarray(b)), law.family
     assert not parse_law("dirichlet:V=5,alpha=1").indexed
     assert not markov_law(MIXED_MARKOV).indexed
+
+
+def test_log_normalize_keeps_a_row_of_minus_infinity():
+    """A row with no finite logit stays -inf (no NaN); the finite rows beside it are normalised as usual."""
+    from brwsim.laws._base import log_normalize
+
+    out = np.asarray(log_normalize(jnp.array([[-jnp.inf, -jnp.inf], [0.0, np.log(3.0)]], jnp.float32)))
+    assert np.all(out[0] == -np.inf)
+    np.testing.assert_allclose(np.exp(out[1]), [0.25, 0.75], rtol=1e-6)

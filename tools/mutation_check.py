@@ -213,7 +213,7 @@ def run_mutmut(module: str, before: bool) -> int:
     dst = _scratch(module, before)
     shutil.rmtree(dst, ignore_errors=True)
     os.makedirs(dst)
-    for d in ("brwsim", "tests"):
+    for d in ("brwsim", "tests", "examples"):  # (tests read examples/ by relative path)
         shutil.copytree(os.path.join(SRC, d), os.path.join(dst, d), ignore=shutil.ignore_patterns("__pycache__"))
     text = open(os.path.join(SRC, "pyproject.toml")).read()
     text = re.sub(r"only_mutate = \[[^\]]*\]", f"only_mutate = {_toml_list(files)}", text)
