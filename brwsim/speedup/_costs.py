@@ -129,14 +129,15 @@ def read_cost_csv(path: str) -> TableCost:
     if not p.is_file():
         raise BrwsimError(f"cost table {path!r} does not exist (expected a CSV file of rows 'P,seconds')")
     try:
-        rows = [r for r in csv.reader(p.read_text().splitlines()) if any(c.strip() for c in r)]
+        # (line number, cells) of every line that is not blank
+        lines = [(i, r) for i, r in enumerate(csv.reader(p.read_text().splitlines()), 1) if any(c.strip() for c in r)]
     except (UnicodeDecodeError, csv.Error) as e:
         raise BrwsimError(f"cost table {path!r} is not a readable CSV file: {e}") from None
-    rows = [[c.strip() for c in r] for r in rows]
-    start = 1 if rows and rows[0] and not _numeric(rows[0][0]) else 0  # a header line
+    lines = [(i, [c.strip() for c in r]) for i, r in lines]
+    start = 1 if lines and not _numeric(lines[0][1][0]) else 0  # a header line
     pts: dict[int, float] = {}
     last = -1
-    for i, row in enumerate(rows[start:], start + 1):
+    for i, row in lines[start:]:
         P, s = _parse_row(row, path, i)
         if P <= last:
             raise BrwsimError(f"{path}:{i}: the P column must increase strictly, but P = {P} follows P = {last}")
@@ -217,7 +218,9 @@ def _interp(table: Mapping[int, float], n: int, what: str) -> float:
     if n in table:
         return float(table[n])
     ns = sorted(table)
-    if not ns or n < ns[0] or n > ns[-1]:
+    if not ns:
+        raise BrwsimError(f"{what} has no measured row counts: measure it")
+    if n < ns[0] or n > ns[-1]:
         raise BrwsimError(f"{what} was measured for {ns[0]} .. {ns[-1]} rows; {n} rows is outside: measure it")
     hi = next(m for m in ns if m > n)
     lo = max(m for m in ns if m < n)
