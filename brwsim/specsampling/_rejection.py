@@ -181,16 +181,19 @@ def _prep(law, dlaw):
 
 
 def batched(f, tk, wk, runs: int, V: int, width: int = 1) -> list[np.ndarray]:
-    """``f(tree keys, walk keys) -> tuple of [B, ...]`` over all runs in chunks of one shape, concatenated."""
+    """``f(tree keys, walk keys) -> tuple of [B, ...]`` over all runs in chunks of one shape, concatenated.
+
+    A chunk holds at most 2**24 values (runs x V x width), so at most that many runs; the last chunk is
+    padded with repeats of its own runs (their outputs are dropped)."""
     B = int(max(1, min(runs, 2**24 // max(V * width, 1))))
     outs = []
     for s in range(0, runs, B):
         n = min(B, runs - s)
         tks, wks = tk[s : s + B], wk[s : s + B]
-        if tks.shape[0] < B:  # pad so every chunk has one shape (one compilation)
-            pad = B - tks.shape[0]
-            tks = jnp.concatenate([tks, tks[:pad]])
-            wks = jnp.concatenate([wks, wks[:pad]])
+        if n < B:  # pad with repeats of its runs so every chunk has one shape (one compilation)
+            reps = -(-B // n)
+            tks = jnp.concatenate([tks] * reps)[:B]
+            wks = jnp.concatenate([wks] * reps)[:B]
         outs.append([np.asarray(a)[:n] for a in f(tks, wks)])
     return [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]
 
