@@ -8,25 +8,49 @@ mixes up the drafter's rank with the target's, builds a different tree.
 from __future__ import annotations
 
 import math
+import re
+import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from brwsim._keys import draft_key
 from brwsim._registry import registrar
 from brwsim.drafters import (
+    Drafter,
     DraftLaw,
+    Exact,
     Mix,
     Noise,
+    Oracle,
     Temp,
+    acceptance_rates,
+    bfs_order,
+    brute_force_best,
     chain_one,
     divergences,
     draft_stats,
+    drafter_batches,
+    drafter_values,
     eagle_one,
+    greedy_tree,
+    kary_paths,
+    load_paths,
+    node_pq,
     node_qtable,
+    parse_draft_law,
+    parse_drafter,
+    sequoia_dp,
+    sequoia_paths,
+    static_one,
     topq_one,
+    tree_arrays,
 )
-from brwsim.laws import fixed_law
+from brwsim.errors import BrwsimError
+from brwsim.laws import fixed_law, parse_law
+from brwsim.testing import table_law
 
 _register = registrar({})
 L = math.log
@@ -152,3 +176,355 @@ def test_draft_stats_of_a_deterministic_pair_by_hand():
     st = draft_stats(jax.random.key(0), fixed_law([0.75, 0.25]), Temp(T=0.5))  # q = (0.9, 0.1)
     assert st.cross_entropy.mean == pytest.approx(-(0.75 * L(0.9) + 0.25 * L(0.1)), rel=1e-5)
     assert st.tv.mean == pytest.approx(0.15, rel=1e-5) and st.entropy.n == 2
+
+
+# -- Sequoia's dynamic program, the greedy tree and the brute force, against an enumeration of every tree
+
+
+def best_prefix_closed(a, n, depth=None) -> float:
+    """max over every prefix-closed set of at most n rank paths (of at most ``depth`` ranks) of sum prod a."""
+    sets, best = {frozenset()}, 0.0
+    for _ in range(n):
+        grown = set()
+        for s in sets:
+            for c in [(r,) for r in range(len(a))] + [q + (r,) for q in s for r in range(len(a))]:
+                if c not in s and (depth is None or len(c) <= depth):
+                    grown.add(s | {c})
+        sets = grown or sets
+        best = max(best, max(value(a, s) for s in sets))
+    return best
+
+
+def value(a, paths) -> float:
+    return sum(math.prod(a[r] for r in p) for p in paths)
+
+
+def check_paths(paths, n, depth=None):
+    assert len(paths) <= n and len(set(paths)) == len(paths)
+    assert all(len(p) == 1 or p[:-1] in paths for p in paths)  # prefix-closed
+    assert paths == sorted(paths, key=lambda t: (len(t), t))  # breadth-first
+    assert depth is None or max(len(p) for p in paths) <= depth
+
+
+A_SORTED = [0.6, 0.3, 0.1]  # best n-node values .6, .96, 1.26, 1.476, 1.656 (the n largest products)
+A_MIXED = [0.2, 0.5, 0.3]  # ranks not in order: .5, .8, 1.05, 1.25, 1.4
+
+
+@pytest.mark.parametrize(
+    "a,want", [(A_SORTED, [0.6, 0.96, 1.26, 1.476, 1.656]), (A_MIXED, [0.5, 0.8, 1.05, 1.25, 1.4])]
+)
+def test_sequoia_dp_is_the_best_tree(a, want):
+    for n in range(1, 6):
+        best = best_prefix_closed(a, n)
+        assert best == pytest.approx(want[n - 1], rel=1e-12)
+        v, paths = sequoia_dp(a, n)
+        assert v == pytest.approx(best, rel=1e-12), n
+        check_paths(paths, n)
+        assert value(a, paths) == pytest.approx(v, rel=1e-12)
+        assert brute_force_best(a, n) == pytest.approx(best, rel=1e-12)
+        g, gpaths = greedy_tree(a, n)
+        assert g == pytest.approx(best, rel=1e-12) and len(gpaths) == n
+        check_paths(gpaths, n)
+        assert value(a, gpaths) == pytest.approx(g, rel=1e-12)
+
+
+def test_sequoia_dp_with_a_depth_limit():
+    for depth, n, want in [(1, 2, 0.9), (1, 5, 1.0), (2, 4, 1.44), (2, 6, 1.72), (3, 5, 1.656)]:
+        best = best_prefix_closed(A_SORTED, n, depth)
+        assert best == pytest.approx(want, rel=1e-12)
+        v, paths = sequoia_dp(A_SORTED, n, depth)
+        assert v == pytest.approx(best, rel=1e-12), (depth, n)
+        check_paths(paths, n, depth)
+        assert value(A_SORTED, paths) == pytest.approx(v, rel=1e-12)
+    assert sequoia_dp(A_SORTED, 2, 1)[1] == [(0,), (1,)]
+    v, paths = sequoia_dp(A_MIXED, 4, 2)  # (1,) .5, (2,) .3, (1,1) .25, (0,) .2
+    assert v == pytest.approx(1.25) and paths == [(0,), (1,), (2,), (1, 1)]
+
+
+def test_greedy_tree_and_brute_force_by_hand():
+    assert greedy_tree(A_MIXED, 4) == (pytest.approx(1.25), [(0,), (1,), (2,), (1, 1)])
+    assert greedy_tree([0.5], 3) == (pytest.approx(0.875), [(0,), (0, 0), (0, 0, 0)])  # a chain
+    assert greedy_tree([0.5, 0.25], 3) == (pytest.approx(1.0), [(0,), (1,), (0, 0)])  # .5, .25, .25: sibling first
+    assert brute_force_best(A_MIXED, 3, max_rank=2) == pytest.approx(0.95)  # ranks 0, 1 only: .5, .25, .2
+    assert brute_force_best(A_MIXED, 0) == 0.0
+
+
+# -- static trees
+
+
+def test_static_paths_by_hand(tmp_path):
+    assert kary_paths(2, 5) == [(0,), (1,), (0, 0), (0, 1), (1, 0)] and kary_paths(3, 2) == [(0,), (1,)]
+    assert bfs_order([[0, 1], [1], [0], (0, 0)]) == [(0,), (1,), (0, 0), (0, 1)]
+    par, qr = tree_arrays([(0,), (1,), (0, 0), (0, 1), (1, 0)])
+    np.testing.assert_array_equal(par, [-1, -1, 0, 0, 1])
+    np.testing.assert_array_equal(qr, [0, 1, 0, 1, 0])
+    assert par.dtype == np.int32 and qr.dtype == np.int32
+    for bad, msg in [
+        ([[0], [0]], r"rank path \[0\] is listed twice"),
+        ([[0], [1, 0]], r"not prefix-closed: \[1, 0\] is listed but its parent \[1\] is not"),
+        ([[]], r"rank path \[\] must be a non-empty list of integers >= 0, e\.g\. \[0, 1\]"),
+        ([[0, -1]], "must be a non-empty list"),
+        ([[0.0]], "must be a non-empty list"),
+        ([0], "rank path 0 must be"),
+    ]:
+        with pytest.raises(BrwsimError, match=msg):
+            bfs_order(bad)
+    f = tmp_path / "tree.json"
+    f.write_text("[[1], [0], [0, 0]]")
+    assert load_paths(str(f)) == [(0,), (1,), (0, 0)]
+    with pytest.raises(BrwsimError, match=r"static tree file '.*nothere\.json' cannot be read: No such file"):
+        load_paths(str(tmp_path / "nothere.json"))
+    f.write_text("[[0],")
+    with pytest.raises(BrwsimError, match=r"static tree file '.*' is not JSON: Expecting value"):
+        load_paths(str(f))
+    for text in ("[]", '{"a": 1}'):
+        f.write_text(text)
+        with pytest.raises(
+            BrwsimError, match=r"must hold a non-empty JSON list of rank paths like \[\[0\], \[0, 1\]\]"
+        ):
+            load_paths(str(f))
+
+
+def test_static_tree_follows_drafter_ranks():
+    # drafter ranks [0], [1], [0,0] under Reverse: target ranks 2, 1 and [2,2]
+    par, qr = (jnp.asarray(x) for x in tree_arrays([(0,), (1,), (0, 0)]))
+    t = tree(jax.jit(lambda k: static_one(fixed_law(P3), Reverse(), k, par, qr, 2))(jax.random.key(0)))
+    np.testing.assert_array_equal(t["parent"], [-1, -1, 0])
+    np.testing.assert_array_equal(t["depth"], [1, 1, 2])
+    np.testing.assert_array_equal(t["rank"], [2, 1, 2])
+    np.testing.assert_allclose(t["logP"], [L(0.2), L(0.3), L(0.04)], rtol=1e-5)
+
+
+def test_acceptance_rates_and_sequoia_paths_by_hand():
+    # Reverse on p = (0.5, 0.3, 0.2): the drafter's k-th token has target probability 0.2, 0.3, 0.5
+    a, se = acceptance_rates(jax.random.key(0), fixed_law(P3), Reverse(), 3, samples=5)
+    np.testing.assert_allclose(a, [0.2, 0.3, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(se, 0, atol=1e-9)
+    assert a.dtype == np.float64 and se.shape == (3,)
+    a1, se1 = acceptance_rates(jax.random.key(0), fixed_law(P3), Reverse(), 2, samples=1)
+    np.testing.assert_allclose(a1, [0.2, 0.3], rtol=1e-6)
+    np.testing.assert_array_equal(se1, [0, 0])
+    # best 3 nodes under a = (.2, .3, .5): [2] .5, [1] .3, [2,2] .25; at depth 1: all three ranks
+    assert sequoia_paths(jax.random.key(0), fixed_law(P3), Reverse(), 3, None, samples=4) == [(1,), (2,), (2, 2)]
+    assert sequoia_paths(jax.random.key(0), fixed_law(P3), Reverse(), 3, 1, samples=4) == [(0,), (1,), (2,)]
+
+
+def test_acceptance_rates_standard_error_of_a_random_draft():
+    # Noise on p = (1/2, 1/2): the drafter's top token is either one, each of probability 1/2: no spread
+    # p = (0.75, 0.25): the top token is 0.75 or 0.25, so E = 0.75 u + 0.25 (1 - u), se from the sample
+    a, se = acceptance_rates(jax.random.key(1), fixed_law([0.75, 0.25]), Noise(sigma=3.0), 1, samples=400)
+    u = (a[0] - 0.25) / 0.5  # the fraction of roots where the drafter's top token is the target's
+    want_se = 0.5 * math.sqrt(u * (1 - u) / 399)  # sample sd of a two-valued variable, ddof = 1
+    assert 0.1 < u < 0.9 and se[0] == pytest.approx(want_se, rel=1e-6)
+    # two roots, one top token of each kind: mean 0.5, sample sd 0.5 / sqrt(2), se = sd / sqrt(2) = 0.25
+    a, se = acceptance_rates(jax.random.key(3), fixed_law([0.75, 0.25]), Noise(sigma=3.0), 1, samples=2)
+    assert a[0] == pytest.approx(0.5) and se[0] == pytest.approx(0.25)
+
+
+# -- EAGLE beyond one level, and a candidate the drafter gives no mass
+
+
+def test_eagle_two_levels_by_hand():
+    # top_k = 2, depth = 2 under Reverse (a = target rank 2, p .2, q .5; b = target rank 1, p .3, q .3):
+    # depth 1: a .5, b .3; depth 2: aa .25, ab .15, ba .15, bb .09, of which aa, ab (the first of the tie) go on;
+    # depth 3: aaa .125, aab .075, aba .075, abb .045. Best 8 by score, ties by depth, then generation order:
+    # a, b, aa, ab, ba, aaa, bb, aab
+    t = tree(jax.jit(lambda k: eagle_one(fixed_law(P3), Reverse(), k, 8, 2, 2))(jax.random.key(0)))
+    np.testing.assert_array_equal(t["parent"], [-1, -1, 0, 0, 1, 2, 1, 2])
+    np.testing.assert_array_equal(t["depth"], [1, 1, 2, 2, 2, 3, 2, 3])
+    np.testing.assert_array_equal(t["rank"], [2, 1, 2, 1, 2, 2, 1, 1])
+    want = [0.2, 0.3, 0.04, 0.06, 0.06, 0.008, 0.09, 0.012]
+    np.testing.assert_allclose(np.exp(t["logP"]), want, rtol=1e-5)
+
+
+def test_eagle_candidate_without_drafter_mass_counts_nothing():
+    # p = (0.5, 0.5, 0): Reverse gives q = (0, 0.5, 0.5); the third candidate (q = 0) is the target's rank 0
+    t = tree(jax.jit(lambda k: eagle_one(fixed_law([0.5, 0.5, 0.0]), Reverse(), k, 3, 5, 0))(jax.random.key(0)))
+    np.testing.assert_array_equal(t["rank"], [1, 2, 0])
+    np.testing.assert_array_equal(t["parent"], [-1, -1, -1])
+    assert t["logP"][0] == pytest.approx(L(0.5), rel=1e-6) and np.all(np.isneginf(t["logP"][1:]))
+
+
+def test_eagle_too_few_candidates():
+    with pytest.raises(BrwsimError, match="eagle with top_k=1, depth=1 generates only 2 candidates, fewer than P=3"):
+        jax.eval_shape(lambda k: eagle_one(fixed_law(P3), Reverse(), k, 3, 1, 1), jax.random.key(0))
+
+
+# -- drafters by name: every drafter's values on p = (0.5, 0.3, 0.2) under Reverse, by hand
+
+
+@pytest.mark.parametrize(
+    "name,P_list,want",
+    [
+        ("oracle", [1, 3], [0.5, 1.05]),
+        ("topq", [1, 4], [0.2, 1.04]),  # [2] .2, [1] .3, [2,2] .04, [0] .5
+        ("chain", [1, 3], [0.2, 0.248]),  # .2, .04, .008
+        ("eagle:top_k=2,depth=1", [5], [0.66]),  # the EAGLE tree above
+        ("static:k=2", [3, 2], [0.54, 0.5]),  # drafter ranks [0], [1], [0,0]: .2 + .3 + .04
+        ("sequoia:samples=4", [1, 3], [0.2, 1.05]),  # P = 1: [0] (p .2); P = 3: [1], [2], [2,2]: .3 + .5 + .25
+        ("sequoia:depth=1,samples=4", [3], [1.0]),  # the root's three children
+    ],
+)
+def test_drafter_values_by_hand(name, P_list, want):
+    v = drafter_values(jax.random.key(0), name, fixed_law(P3), Reverse(), P_list, trees=3, batch=2)
+    assert v.shape == (3, len(P_list)) and v.dtype == np.float64
+    np.testing.assert_allclose(v, np.tile(want, (3, 1)), rtol=1e-5)
+
+
+def test_drafter_values_tree_by_tree():
+    law = table_law(4, n_rows=64, alpha=0.5)  # each tree's root draws one of 64 rows: the trees differ
+    a = drafter_values(jax.random.key(2), "topq", law, "exact", [1, 3], trees=5, batch=2)
+    b = drafter_values(jax.random.key(2), "topq", law, "exact", [1, 3], trees=3, batch=2)
+    np.testing.assert_array_equal(a[:3], b)  # tree n is the same tree whatever the number of trees
+    d, dl = parse_drafter("topq"), parse_draft_law("exact")
+    parts = list(drafter_batches(jax.random.key(2), d, law, dl, [1, 3], 5, 2, lo=2))  # trees 2, 3, 4 only
+    assert [(cols, start, v.shape) for cols, start, v in parts] == [([0, 1], 0, (2, 2)), ([0, 1], 2, (1, 2))]
+    np.testing.assert_array_equal(np.concatenate([v for _, _, v in parts]), a[2:])
+    assert len(set(a[:, 1].tolist())) == 5  # five different trees
+    assert np.all(a[:, 1] > a[:, 0]) and np.all(a[:, 0] >= 0.25)  # the root's top child has p >= 1/V
+
+
+def test_drafters_by_name():
+    assert isinstance(parse_drafter(None), Oracle) and parse_drafter(None).text == "oracle"
+    d = parse_drafter("eagle")
+    assert (d.top_k, d.depth, d.text, d.nested) == (10, 7, "eagle", True)
+    d = parse_drafter(" eagle:top_k=3,depth=0 ")
+    assert (d.top_k, d.depth, d.text) == (3, 0, "eagle:top_k=3,depth=0")
+    assert parse_drafter(d) is d
+    d = parse_drafter("sequoia")
+    assert (d.depth, d.samples, d.nested) == (None, 4096, False)
+    d = parse_drafter("sequoia:depth=2,samples=16")
+    assert (d.depth, d.samples, d.text) == (2, 16, "sequoia:depth=2,samples=16")
+    assert parse_drafter("static:k=3").k == 3 and parse_drafter("static:k=3").path is None
+    assert [parse_drafter(n).text for n in ("topq", "chain", "oracle")] == ["topq", "chain", "oracle"]
+    with pytest.raises(BrwsimError, match="drafter 'bogus': unknown name 'bogus'; use one of chain, eagle, oracle"):
+        parse_drafter("bogus")
+    for bad in ("", 5):
+        with pytest.raises(BrwsimError, match=r"drafter must be NAME\[:key=value,...\] with NAME one of oracle, topq"):
+            parse_drafter(bad)
+    assert isinstance(parse_drafter("eagle:top_k=3").top_k, int) and isinstance(parse_drafter("static:k=3").k, int)
+    assert isinstance(parse_drafter("eagle:depth=3").depth, int) and isinstance(
+        parse_drafter("sequoia:depth=2").depth, int
+    )
+    assert isinstance(parse_drafter("sequoia:samples=16").samples, int)
+    assert parse_drafter("eagle:top_k=1").top_k == 1 and parse_drafter("sequoia:depth=1,samples=2").samples == 2
+    assert parse_drafter("static:k=1").k == 1 and parse_drafter("sequoia:depth=1").depth == 1
+    for bad, msg in [
+        ("eagle:top_k=2.5", "top_k must be an integer, got '2.5'"),
+        ("eagle:top_k=0", "top_k must be >= 1, got 0"),
+        ("eagle:depth=1.5", "depth must be an integer"),
+        ("eagle:depth=-1", "depth must be >= 0, got -1"),
+        ("sequoia:depth=1.5", "depth must be an integer"),
+        ("sequoia:depth=0", "depth must be >= 1, got 0"),
+        ("sequoia:samples=2.5", "samples must be an integer"),
+        ("sequoia:samples=1", "samples must be >= 2, got 1"),
+        ("static:k=1.5", "k must be an integer"),
+        ("static:k=0", "k must be >= 1, got 0"),
+    ]:
+        with pytest.raises(BrwsimError, match=f"drafter '{re.escape(bad)}': {re.escape(msg)}"):
+            parse_drafter(bad)
+    for bad in ("static", "static:k=2,path=x.json"):
+        with pytest.raises(BrwsimError, match="give exactly one of path=FILE .rank-path list. or k=K .K-ary tree."):
+            parse_drafter(bad)
+
+
+def test_static_drafter_errors(tmp_path):
+    f = tmp_path / "two.json"
+    f.write_text("[[0], [1]]")
+    d = parse_drafter(f"static:path={f}")
+    assert d.path == str(f) and d.k is None
+    assert d.paths(None, fixed_law(P3), Reverse(), 2) == [(0,), (1,)]
+    with pytest.raises(BrwsimError, match=r"drafter 'static:path=.*': the static tree has 2 nodes, fewer than P=3"):
+        drafter_values(jax.random.key(0), d, fixed_law(P3), Reverse(), [3], trees=1)
+    with pytest.raises(BrwsimError, match=r"drafter 'static:k=4': a path uses rank 3 but the vocabulary has 3 tokens"):
+        drafter_values(jax.random.key(0), "static:k=4", fixed_law(P3), Reverse(), [4], trees=1)
+    with pytest.raises(BrwsimError, match="cannot be read"):
+        parse_drafter(f"static:path={tmp_path / 'missing.json'}")  # checked when parsed
+
+
+def test_batch_sizes_by_hand():
+    law = types.SimpleNamespace(vocab=32000)
+    # 8 V floats of distributions, 6 (P + 1) min(V, P) of node tables, 64 P bytes of output
+    assert Drafter().tree_bytes(law, 64) == 4 * (8 * 32000 + 6 * 65 * 64) + 64 * 64
+    assert Drafter().batch_size(law, 64) == 96 * 2**20 // (4 * (8 * 32000 + 6 * 65 * 64) + 64 * 64) == 89
+    assert Drafter().batch_size(types.SimpleNamespace(vocab=3), 4) == 512  # at most 512
+    assert Drafter().batch_size(types.SimpleNamespace(vocab=10**7), 1000) == 1  # at least 1
+    e = parse_drafter("eagle:top_k=4,depth=3")  # k V floats per frontier node, k + depth k^2 candidates
+    assert e.tree_bytes(law, 64) == 4 * (8 * 32000 * 4 + 6 * 65 * 64) + 64 * 64 + 64 * (4 + 3 * 16)
+
+
+# -- draft laws by name, and what each does with tokens of no target mass
+
+
+def test_draft_laws_by_name(tmp_path):
+    markov = tmp_path / "markov.json"  # a Markov law: two fixed states
+    markov.write_text('{"states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=1"}, "initial": "a", '
+                      '"kernel": {"a": [[0.5, 0.5]], "b": [[1.0, 0.0]]}}')  # fmt: skip
+    assert isinstance(parse_draft_law(None), Exact) and parse_draft_law(None).spec() == "exact"
+    n = Noise(sigma=0.1)
+    assert parse_draft_law(n) is n
+    for text, spec in [
+        ("exact", "exact"),
+        (" noise:sigma=0.25 ", "noise:sigma=0.25"),
+        ("temp:T=1.5", "temp:T=1.5"),
+        ("temp:T=0.5", "temp:T=0.5"),  # any T > 0
+        ("noise:sigma=0", "noise:sigma=0"),  # sigma >= 0
+        ("mix:w=0,law=fixed:probs=1", "mix:w=0,law=fixed:probs=1"),  # 0 <= w < 1
+        ("mix:w=0.3,law=fixed:probs=0.5/0.5", "mix:w=0.3,law=fixed:probs=0.5/0.5"),
+    ]:
+        assert parse_draft_law(text).spec() == spec
+    m = parse_draft_law("mix:w=0.3,law=fixed:probs=0.5/0.5")
+    assert m.w == 0.3 and m.law.vocab == 2 and m.law_text == "fixed:probs=0.5/0.5"
+    assert parse_draft_law("temp:T=2").T == 2.0
+    for bad, msg in [
+        ("bogus", r"draft law 'bogus': unknown family 'bogus'; examples: exact, noise:sigma=0\.5, temp:T=1\.5"),
+        ("", r"draft law SPEC must be a non-empty string like 'noise:sigma=0\.5', got ''"),
+        (3, "draft law SPEC must be a non-empty string"),
+        ("temp:T=0", "T must be > 0, got 0"),
+        ("noise:sigma=-1", "sigma must be >= 0, got -1"),
+        ("mix:w=1,law=fixed:probs=1", "w must be < 1, got 1"),
+        ("mix:w=-0.1,law=fixed:probs=1", "w must be >= 0, got -0.1"),
+        ("mix:w=0.5,law=", "law= needs a law SPEC, e.g. law=dirichlet:V=1000,alpha=0.1"),
+        (f"mix:w=0.5,law={markov}", "the second law of a mixture must be i.i.d., not Markov"),
+    ]:
+        with pytest.raises(BrwsimError, match=msg):
+            parse_draft_law(bad)
+    with pytest.raises(BrwsimError, match=r"draft law mix: the second law has V=3 tokens but the target law has 2; "
+                       r"use a second law with V <= 2"):  # fmt: skip
+        Mix(w=0.5, law=fixed_law(P3)).check(fixed_law([0.5, 0.5]))
+    Mix(w=0.5, law=fixed_law(P3)).check(fixed_law(P3))  # the same size is fine
+
+
+def test_draft_laws_keep_zero_mass_tokens_at_zero():
+    with np.errstate(divide="ignore"):
+        lp = np.log(np.float32([0.5, 0.5, 0.0]))
+    q = np.exp(np.asarray(Noise(sigma=0.7).logq(jax.random.key(3), lp), np.float64))
+    assert q[2] == 0 and q.sum() == pytest.approx(1, rel=1e-6) and q[0] != q[1]
+    np.testing.assert_allclose(np.exp(np.asarray(Noise(sigma=0.0).logq(jax.random.key(3), lp))), [0.5, 0.5, 0])
+    np.testing.assert_allclose(np.exp(np.asarray(Temp(T=0.5).logq(None, lp))), [0.5, 0.5, 0])
+    np.testing.assert_allclose(np.exp(np.asarray(Exact().logq(None, lp))), [0.5, 0.5, 0])
+    # w = 0: q = p exactly
+    q0 = np.exp(np.asarray(Mix(w=0.0, law=fixed_law([1.0])).logq(jax.random.key(0), lp)))
+    np.testing.assert_allclose(q0, [0.5, 0.5, 0], atol=1e-7)
+
+
+def test_node_pq_reads_the_node_keys_and_state(tmp_path):
+    rows = np.random.default_rng(0).dirichlet(np.ones(4), size=32)
+    np.savez(tmp_path / "pool.npz", probs=rows)
+    law, k = parse_law(f"pool:path={tmp_path / 'pool.npz'}"), jax.random.key(6)
+    lp, lq = node_pq(law, Noise(sigma=0.5), k, 0)
+    want = law.full_logp(jax.random.fold_in(k, 0), 0)  # the node's distribution key
+    assert not np.array_equal(want, law.full_logp(k, 0))  # (the tree's key draws another row here)
+    np.testing.assert_array_equal(lp, want)
+    np.testing.assert_array_equal(lq, Noise(sigma=0.5).logq(draft_key(k), lp))  # the node's drafter key
+    assert not np.array_equal(np.asarray(lq), np.asarray(Noise(sigma=0.5).logq(jax.random.fold_in(k, 0), lp)))
+    table = table_law(4, n_rows=8)  # a law whose node distribution is the row of its state
+    np.testing.assert_array_equal(node_pq(table, Exact(), k, 3)[0], table.logp[3])
+
+
+def test_draft_stats_of_a_random_drafter_samples_every_tree():
+    st = draft_stats(jax.random.key(0), "fixed:probs=0.5/0.5", "noise:sigma=0.3", samples=6)
+    assert st.entropy.n == 6 and st.entropy.mean == pytest.approx(L(2), rel=1e-6)
+    assert st.kl.mean > 0 and st.tv.mean > 0
+    with pytest.raises(BrwsimError, match="the second law has V=3 tokens"):
+        draft_stats(jax.random.key(0), "fixed:probs=0.5/0.5", "mix:w=0.5,law=fixed:probs=0.5/0.3/0.2")

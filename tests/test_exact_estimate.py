@@ -9,11 +9,23 @@ splitting bound min_d (d - 1) + P 2^-d and the dual bound min_d (d - 2) + (P + 2
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import time
 
+import jax
+import numpy as np
 import pytest
 
+import brwsim.estimate as est
 from brwsim import simulate
+from brwsim._stats import CONVENTION
+from brwsim.errors import BrwsimError
+from brwsim.estimate import oracle_values
+from brwsim.laws import parse_law
+from brwsim.oracle import default_batch, oracle_memory
+from brwsim.theory import KINDS
 
 LN2 = math.log(2)
 
@@ -49,3 +61,210 @@ def test_bounds_on_the_binary_tree(result, P):
     assert b.dual.upper >= result[P].stat.mean - 1e-6  # here the dual bound is tight
     ren = min(P, (math.log(LN2 * P) + 1) / LN2 + 1 - 1) if LN2 * P >= 1 else P
     assert b.renewal == pytest.approx(ren, rel=1e-6)
+
+
+def test_the_result_as_json_by_hand(result):
+    d = result.to_dict()
+    assert set(d) == {"law", "convention", "iid", "drafter", "mu", "mu2", "mu_se", "mu2_se", "trees", "seed"} | {
+        "results",
+        "kinds",
+    }
+    assert (d["law"], d["iid"], d["drafter"], d["trees"], d["seed"]) == ("fixed:probs=0.5/0.5", True, "oracle", 1500, 3)
+    assert d["convention"] == CONVENTION and d["kinds"] == KINDS
+    assert (d["mu"], d["mu2"], d["mu_se"], d["mu2_se"]) == pytest.approx((LN2, LN2**2, 0, 0), abs=1e-6)
+    assert [r["P"] for r in d["results"]] == [1, 2, 3]
+    assert [r["mean"] for r in d["results"]] == pytest.approx([0.5, 1.0, 1.25], rel=1e-6)
+    assert all(r["ci95"] == pytest.approx(0, abs=1e-6) and r["se"] == pytest.approx(0, abs=1e-6) for r in d["results"])
+    assert {"P", "mean", "ci95", "se", "bounds", "dual_estimate", "splitting_estimate"} <= set(d["results"][0])
+    assert [("check_mean" in r) for r in d["results"]] == [False, False, True]  # the check rides on P = 3
+    assert not result.interrupted and result.trees_requested == 1500 and result.values is None
+    assert result.checkpoint is None and result.draft is None and result.law == "fixed:probs=0.5/0.5"
+    with pytest.raises(KeyError):
+        result[4]
+
+
+def test_every_tree_and_its_continuation_on_the_binary_tree():
+    law = parse_law("fixed:probs=0.5/0.5")
+    values, acc = oracle_values(jax.random.key(3), law, 3, 1500, check=True)
+    assert values.shape == (1500, 3) and values.dtype == np.float64
+    np.testing.assert_allclose(values, np.tile([0.5, 1.0, 1.25], (1500, 1)), rtol=1e-6)
+    assert acc.shape == (1500,) and set(np.unique(acc)) == {1, 2}
+    assert abs(acc.mean() - 1.25) <= 4 * math.sqrt(3 / 16 / 1500)
+    v, a = oracle_values(jax.random.key(3), law, 2, 5)
+    assert a is None and v.shape == (5, 2) and np.allclose(v, [0.5, 1.0])
+    # tree n's continuation has its own key: the same for any batch size
+    _, acc500 = oracle_values(jax.random.key(3), law, 3, 1500, batch=500, check=True)
+    np.testing.assert_array_equal(acc500, acc)
+
+
+def test_rounds_keep_every_tree_value_in_order():
+    # 40 trees in rounds of 16 (16, 16, 8): every tree's values, each column in tree order
+    law = parse_law("fixed:probs=0.5/0.5")
+    t0 = time.perf_counter()
+    r = simulate(law, P=[1, 3], trees=40, seed=3, bounds=False, keep_values=True, round_trees=16)
+    assert 0 < r.seconds <= time.perf_counter() - t0 and r.law == law.spec()  # a law object: its SPEC
+    assert r.values.shape == (40, 2) and r.trees == 40
+    np.testing.assert_allclose(r.values, np.tile([0.5, 1.25], (40, 1)), rtol=1e-6)
+    assert [x.stat.n for x in r.results] == [40, 40] and all(x.bounds is None for x in r.results)
+    assert "kinds" not in r.to_dict()
+
+
+def _interrupt_after(monkeypatch, trees):
+    """Make the oracle's batches raise Ctrl-C once ``trees`` trees are done."""
+    real = est._oracle_batches
+
+    def batches(key, law, P_max, lo, hi, B, devs, check):
+        if lo >= trees:
+            raise KeyboardInterrupt
+        yield from real(key, law, P_max, lo, hi, B, devs, check)
+
+    monkeypatch.setattr(est, "_oracle_batches", batches)
+
+
+def test_an_interrupted_run_returns_its_finished_rounds_and_resumes(tmp_path, monkeypatch):
+    args = dict(law="fixed:probs=0.5/0.5", P=[1, 3], trees=40, seed=3, round_trees=16)
+    notes = []  # what a fault would print: the trees finished, and where they are kept
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 16)
+        m.setattr(est.processes, "note_finished", notes.append)
+        r = simulate(**args, checkpoint=tmp_path)
+    assert notes[0] == "no round of 16 trees a process was finished yet" and notes[-1] is None
+    assert notes[1] == f"16 of 40 trees are kept in {r.checkpoint}: rerun the same command to resume"
+    assert r.interrupted and r.trees == 16 and r.trees_requested == 40
+    assert all(x.bounds is None for x in r.results) and [x.stat.n for x in r.results] == [16, 16]
+    d = r.to_dict()
+    assert d["interrupted"] is True and d["trees_requested"] == 40 and d["trees"] == 16 and "kinds" not in d
+    path = r.checkpoint
+    assert path.startswith(str(tmp_path))
+    with np.load(path) as z:  # what fixes the run's numbers, and the trees finished
+        assert int(z["done"]) == 16
+        meta = json.loads(str(z["meta"]))
+    np.testing.assert_array_equal(parse_law(meta["law"]).logp, parse_law("fixed:probs=0.5/0.5").logp)
+    assert {k: meta[k] for k in ("P", "trees", "seed", "drafter", "draft_law", "check")} == {
+        "P": [1, 3],
+        "trees": 40,
+        "seed": 3,
+        "drafter": "oracle",
+        "draft_law": None,
+        "check": False,
+    }
+    full = simulate(**args, checkpoint=tmp_path)  # resumes after the first round
+    assert not full.interrupted and full.trees == 40 and [x.stat.n for x in full.results] == [40, 40]
+    assert [x.stat.mean for x in full.results] == pytest.approx([0.5, 1.25], rel=1e-6)
+    with monkeypatch.context() as m:  # everything is finished: a rerun computes no tree
+        _interrupt_after(m, 0)
+        again = simulate(**args, checkpoint=tmp_path)
+    assert again.trees == 40 and not again.interrupted
+    assert [x.stat.mean for x in again.results] == [x.stat.mean for x in full.results]
+    with pytest.raises(BrwsimError, match="keep_values and checkpoint do not go together"):
+        simulate(**args, checkpoint=tmp_path, keep_values=True)
+    with monkeypatch.context() as m:  # interrupted before any round: nothing to report
+        _interrupt_after(m, 0)
+        with pytest.raises(KeyboardInterrupt):
+            simulate(**args)
+    notes.clear()
+    with monkeypatch.context() as m:  # no checkpoint: the finished trees are not kept
+        _interrupt_after(m, 16)
+        m.setattr(est.processes, "note_finished", notes.append)
+        assert simulate(**args).trees == 16
+    assert notes[1] == "16 of 40 trees were finished (run with --checkpoint DIR to keep finished rounds)"
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"trees": 2**32}, "trees must be at most 4294967295"),
+        ({"seed": 2**32}, "seed must be an integer from 0 to 4294967295"),
+        ({"seed": -1}, "seed"),
+        ({"trees": 0}, "trees"),
+        ({"batch": 0}, "batch"),
+        ({"draft_law": "exact"}, "--draft-law applies to a drafter other than the oracle"),
+        ({"P": [0]}, "P"),
+        ({"round_trees": 0}, "round-trees"),
+    ],
+)
+def test_inputs_refused_before_any_tree(kw, msg):
+    args = {"law": "fixed:probs=0.5/0.5", "P": [1], "trees": 1, "seed": 0} | kw
+    with pytest.raises(BrwsimError, match=msg):
+        simulate(**args)
+
+
+def test_the_largest_inputs_accepted(tmp_path):
+    assert est._check_inputs("fixed:probs=1", [1], 1, 0, None, "topq", None)[3] == 0  # seed 0
+    np.savez(tmp_path / "top2.npz", probs=np.array([[0.5, 0.3]]), entropy=np.ones(1), m2=np.ones(1))
+    with pytest.raises(BrwsimError, match="keeps only the top 2 entries per row, but a tree of P=3"):
+        simulate(f"pool:path={tmp_path / 'top2.npz'}", P=[1, 3], trees=1)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BrwsimError, match="--checkpoint .*: cannot create the directory"):
+        simulate("fixed:probs=1", P=[1], trees=1, checkpoint=tmp_path / "file" / "dir")
+    law, P, trees, seed, batch, d = est._check_inputs(
+        "fixed:probs=0.5/0.5", [2, 1], 2**32 - 1, 2**32 - 1, 7, None, None
+    )
+    assert (law.vocab, P, trees, seed, batch, d.text) == (2, [1, 2], 2**32 - 1, 2**32 - 1, 7, "oracle")
+
+
+def test_batches_and_memory_checks_against_a_brute_force_fit(monkeypatch):
+    law = parse_law("fixed:probs=0.5/0.5")
+    per = est.tree_bytes(law, 64)
+    assert per - oracle_memory(law, 64) == 72 * 65  # beside the kernel: 72 bytes per node of P + 1
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: None)
+    assert est.plan_batch(law, 64, 1000, None, None) == min(default_batch(law, 64), 1000)
+    assert est.plan_batch(law, 64, 7, None, None) == 7
+    assert est.plan_batch(law, 64, 5, None, [0, 1, 2]) == 6  # a multiple of the device count
+    assert est.plan_batch(law, 64, 5000, None, [0, 1, 2]) == 5001  # the default batch is per device
+    assert est.plan_batch(law, 64, 1000, 7, None) == 7
+    avail = 1000 * per / 0.8 + 1  # room for 1000 trees, not 1001
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: avail)
+    assert est.plan_batch(law, 64, 5000, None, None) == 1000  # the default batch shrinks to what fits
+    assert est.plan_batch(law, 64, 5000, 1000, None) == 1000
+    assert est.plan_batch(law, 64, 5000, None, [0, 1, 2]) == 999  # equal shares: 333 trees a device
+    with pytest.raises(BrwsimError, match="--batch 1001 at P=64 .* the largest batch that fits is 1000$"):
+        est.plan_batch(law, 64, 5000, 1001, None)
+    small = per / 0.8 * 0.5  # not even one tree at P = 64: the message names the largest P that fits
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: small)
+    with pytest.raises(BrwsimError, match=r"the largest P that fits is about (\d+);") as e:
+        est.plan_batch(law, 64, 10, None, None)
+    fit = int(re.search(r"fits is about (\d+);", str(e.value)).group(1))
+    assert est.tree_bytes(law, fit) <= 0.8 * small < est.tree_bytes(law, fit + 1)  # brute force: the largest P
+    assert "`brwsim laws` gives the spine's bounds with no tree" in str(e.value) and "1 trees at once" in str(e.value)
+    for room in (est.tree_bytes(law, 2000), est.tree_bytes(law, 1) * 1.01):  # a large P, and P = 1 only
+        monkeypatch.setattr(est, "available_memory", lambda devs=None, room=room: room / 0.8)
+        with pytest.raises(BrwsimError, match=r"the largest P that fits is about (\d+);") as e:
+            est.plan_batch(law, 2**20, 10, None, None)
+        fit = int(re.search(r"fits is about (\d+);", str(e.value)).group(1))
+        assert est.tree_bytes(law, fit) <= room < est.tree_bytes(law, fit + 1)
+    dl = parse_law("dirichlet:V=8,alpha=1")  # a drawn law needs room for two trees
+    two = est.tree_bytes(dl, 64) / 0.8 * 1.5
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: two)
+    with pytest.raises(BrwsimError, match="2 trees at once") as e:
+        est.plan_batch(dl, 64, 10, None, None)
+    assert f"needs about {2 * est.tree_bytes(dl, 64) / 1e9:.3g} GB" in str(e.value)
+    assert f"more than the {0.8 * two / 1e9:.3g} GB a run may use here" in str(e.value)
+    # 100 trees' values at P = 3 take 8 * 100 * (3 + 1) = 3200 bytes, more than 80% of 3750
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: 3750)
+    with pytest.raises(BrwsimError, match=r"needs 2.4e-06 GB \(100 trees x P=3\) but 3.75e-06 GB are available"):
+        oracle_values(jax.random.key(0), law, 3, 100)
+
+
+def test_the_progress_bar():
+    bar = est._progress(7, "oracle P=3", True)
+    assert not bar.disable and (bar.total, bar.desc, bar.unit, bar.leave) == (7, "oracle P=3", "tree", False)
+    bar.close()
+    assert est._progress(7, "x", False).disable
+    assert est._progress(7, "x", None).disable  # stderr is not a terminal under pytest
+
+
+def test_a_drafter_with_the_exact_draft_law_matches_the_oracle():
+    # q = p: top-q takes the P nodes of largest path probability, as the oracle does; entropy = cross-entropy = ln 2
+    r = simulate(
+        "fixed:probs=0.5/0.5", P=[1, 2, 3], trees=64, seed=3, drafter="topq", check=True, bounds=False, batch=32
+    )
+    assert r.drafter == "topq" and [x.stat.mean for x in r.results] == pytest.approx([0.5, 1.0, 1.25], rel=1e-6)
+    assert r[1].check is None and r[2].check is None and r[3].check.n == 64
+    assert abs(r[3].check.mean - 1.25) <= 4 * math.sqrt(3 / 16 / 64)
+    assert r.draft["drafter"] == "topq" and r.draft["draft_law"] == "exact"
+    assert (r.draft["entropy"], r.draft["cross_entropy"]) == pytest.approx((LN2, LN2), rel=1e-6)
+    assert (r.draft["kl"], r.draft["tv"], r.draft["kl_se"], r.draft["entropy_se"]) == pytest.approx(
+        (0, 0, 0, 0), abs=1e-6
+    )
+    assert r.to_dict()["draft"] == r.draft and r.to_dict()["drafter"] == "topq"

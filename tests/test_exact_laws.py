@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 from scipy.special import polygamma, psi
 
 from brwsim.errors import BrwsimError
@@ -19,12 +20,14 @@ from brwsim.laws import (
     LogitNormal,
     Temp,
     Zipf,
+    _base,
     check_distribution,
     dirichlet_moments,
     fixed_law,
     load_pool,
     log_gamma_variates,
     markov_law,
+    parse_law,
     rank_of,
     topk_sorted,
 )
@@ -165,14 +168,16 @@ def test_truncated_pool_steps_into_the_tail(tmp_path):
     pool.check_budget(2)
 
 
-@pytest.mark.parametrize("alpha", [0.3, 2.5])
-def test_log_gamma_variates_have_the_gamma_log_moments(alpha):
+@pytest.mark.parametrize("alpha", [0.3, 1.0, 1.2, 2.5])
+def test_log_gamma_variates_have_the_gamma_law(alpha):
     x = np.asarray(log_gamma_variates(jax.random.key(3), alpha, (20000,)), np.float64)
     # log G, G ~ Gamma(alpha): mean psi(alpha), variance psi'(alpha); E[G] = Var[G] = alpha
     close(x.mean(), psi(alpha), math.sqrt(polygamma(1, alpha) / x.size))
     close(np.var(x, ddof=1), polygamma(1, alpha), 0.05 * polygamma(1, alpha))
     g = np.exp(x)
     close(g.mean(), alpha, math.sqrt(alpha / g.size))
+    # and the whole law: the Kolmogorov-Smirnov distance to the Gamma(alpha) CDF (far inside its 1e-3 value here)
+    assert stats.kstest(g, stats.gamma(alpha).cdf).pvalue > 1e-3
 
 
 def test_dirichlet_marginal_is_beta():
@@ -262,3 +267,496 @@ def test_moments_of_a_markov_law_and_of_one_state():
     # the spine moves to a or b with probability 1/2 whatever the rank: long-run mu = (ln 2 + H_b) / 2
     m = moments(jax.random.key(0), law)
     assert m.mu == pytest.approx((math.log(2) + hb) / 2, abs=4 * m.mu_se + 1e-6)
+
+
+# -- the shared helpers of every law: top-K, normalisation, scaling, validation, the SPEC parser
+
+
+def test_topk_sorted_pads_every_row_of_a_batch():
+    lp = jnp.array([[-1.0, 0.0, -2.0], [-0.5, -3.0, -0.1]])
+    np.testing.assert_array_equal(np.asarray(topk_sorted(lp, 2)), np.float32([[0.0, -1.0], [-0.1, -0.5]]))
+    np.testing.assert_array_equal(np.asarray(topk_sorted(lp, 3)), np.float32([[0, -1, -2], [-0.1, -0.5, -3]]))
+    t = np.asarray(topk_sorted(lp, 5))
+    assert t.shape == (2, 5) and t.dtype == np.float32 and np.all(np.isneginf(t[:, 3:]))
+    np.testing.assert_array_equal(t[:, :3], np.float32([[0, -1, -2], [-0.1, -0.5, -3]]))
+
+
+def test_log_normalize_and_scale_logits_by_hand():
+    L2, L3 = math.log(2), math.log(3)
+    log_normalize, scale_logits = jax.jit(_base.log_normalize), jax.jit(_base.scale_logits, static_argnums=1)
+    # rows of any scale: (1/3, 2/3) and (e, 1) / (1 + e), each along the last axis; a row of -inf stays -inf
+    z = jnp.array([[0.0, L2], [1e6 + 1, 1e6], [-jnp.inf, -jnp.inf]])
+    out = np.asarray(log_normalize(z), np.float64)
+    e = math.e
+    np.testing.assert_allclose(np.exp(out[:2]), [[1 / 3, 2 / 3], [e / (1 + e), 1 / (1 + e)]], rtol=1e-6)
+    assert np.all(out[:2] <= 0) and np.all(np.isneginf(out[2]))
+    y = jnp.array([[0.0, -L2, -jnp.inf], [-L3, 0.0, -1.0]])
+    np.testing.assert_allclose(np.asarray(scale_logits(y, 2.0)), [[0, -2 * L2, -np.inf], [-2 * L3, 0, -2]], rtol=1e-6)
+    # c = inf: every entry below the largest becomes -inf; the largest stays 0
+    pm = np.asarray(scale_logits(y, math.inf))
+    np.testing.assert_array_equal(pm, [[0, -np.inf, -np.inf], [-np.inf, 0, -np.inf]])
+    # c = float32's largest finite value is finite: no entry in (-1, 0) becomes -inf
+    big = np.asarray(scale_logits(jnp.array([0.0, -0.5]), float(np.finfo(np.float32).max)))
+    assert big[0] == 0 and np.isfinite(big[1]) and big[1] < -1e38
+
+
+def test_check_distribution_messages_and_edges():
+    for bad, msg in [
+        ([], "at least one probability"),
+        ([[0.5, 0.5]], "at least one probability"),
+        ([0.5, np.nan], "finite"),
+        ([1.5, -0.5], ">= 0"),
+        ([0.5, 0.4], "sum to"),
+    ]:
+        with pytest.raises(BrwsimError, match=msg):
+            check_distribution(bad, "test")
+    with pytest.raises(BrwsimError, match="^fixed law: probabilities sum to 0.9,"):
+        fixed_law([0.5, 0.4])
+    near = np.exp(np.asarray(fixed_law([0.5, 0.5 + 9e-7]).logp, np.float64))  # within 1e-6: renormalised
+    np.testing.assert_allclose(near, [(0.5 + 9e-7) / (1 + 9e-7), 0.5 / (1 + 9e-7)], rtol=2e-7)
+    one = check_distribution([1], "one")  # V = 1, an integer probability: float64
+    assert one.dtype == np.float64 and one.tolist() == [1.0]
+    np.testing.assert_array_equal(check_distribution([1.0, 0.0], "a zero"), [1.0, 0.0])
+
+
+def test_parse_law_families_and_keys():
+    law = parse_law("dirichlet:V=1,alpha=0.5")
+    assert isinstance(law, Dirichlet) and law.V == 1 and type(law.V) is int and law.alpha == 0.5
+    assert parse_law(f"dirichlet:V={2**31 - 1},alpha=1").V == 2**31 - 1
+    ln = parse_law("logitnormal:V=7,sigma=0.5")
+    assert isinstance(ln, LogitNormal) and (ln.V, ln.sigma) == (7, 0.5)
+    z = parse_law("zipf:V=4,s=0.5")
+    assert isinstance(z, Zipf) and (z.V, z.s, z.s_sd) == (4, 0.5, 0.0) and z.deterministic
+    assert parse_law("zipf:V=4,s=0.5,s_sd=0.25").s_sd == 0.25
+    f = parse_law("fixed:probs=0.25/0.5/0.25")
+    np.testing.assert_allclose(np.exp(np.asarray(f.logp)), [0.5, 0.25, 0.25], rtol=1e-7)
+    t = parse_law("temp:T=0.5,law=zipf:V=3,s=1")  # the inner SPEC keeps its commas
+    assert isinstance(t, Temp) and t.T == 0.5 and isinstance(t.law, Zipf) and t.law.V == 3
+    assert t.spec() == "temp:T=0.5,law=zipf:V=3,s=1"
+    t2 = parse_law("temp:T=2,law=fixed:probs=0.25/0.5/0.25")  # spec() keeps the inner text as given
+    assert t2.spec() == "temp:T=2,law=fixed:probs=0.25/0.5/0.25"
+    inner = fixed_law([0.25, 0.5, 0.25])
+    assert Temp(law=inner, T=0.5).spec() == "temp:T=0.5,law=" + inner.spec()
+    text = inner.spec()  # sorted, and read back to the same law
+    assert text.startswith("fixed:probs=") and len(text.split("/")) == 3
+    np.testing.assert_allclose([float(x) for x in text[12:].split("/")], [0.5, 0.25, 0.25], rtol=1e-8)
+    np.testing.assert_array_equal(np.asarray(parse_law(text).logp), np.asarray(inner.logp))
+    assert parse_law(law) is law
+
+
+@pytest.mark.parametrize(
+    "spec,msg",
+    [
+        ("dirichlet:V=0,alpha=1", "V must be >= 1"),
+        ("dirichlet:V=2.5,alpha=1", "V must be an integer"),
+        (f"dirichlet:V={2**31},alpha=1", "V must be <= "),
+        ("dirichlet:V=2,alpha=0", "alpha must be > 0"),
+        ("dirichlet:V=2,alpha=-1", "alpha must be > 0"),
+        ("dirichlet:V=2,alpha=1e21", "alpha must be <= "),
+        ("logitnormal:V=2,sigma=0", "sigma must be > 0"),
+        ("logitnormal:V=2,sigma=-1", "sigma must be > 0"),
+        ("zipf:V=2,s=0", "s must be > 0"),
+        ("zipf:V=2,s=-1", "s must be > 0"),
+        ("zipf:V=2,s=1,s_sd=-1", "s_sd must be >= 0"),
+        ("zipf:V=2,s=1,s_sd=1e31", "s_sd must be <= "),
+        ("temp:T=0,law=zipf:V=2,s=1", "T must be > 0"),
+        ("temp:T=-1,law=zipf:V=2,s=1", "T must be > 0"),
+        ("temp:T=1,law=", "law= needs a law SPEC"),
+        ("fixed:probs=a/b", "probs must be numbers separated by '/'"),
+        ("bogus:V=1", "^law 'bogus:V=1': unknown family"),
+        ("fixed:", "^law 'fixed:': missing key"),
+        ("   ", "non-empty string"),
+        (5, "non-empty string"),
+        ("fixed.txt", "expected family:key=value,... with family one of dirichlet, fixed, logitnormal, markov"),
+    ],
+)
+def test_parse_law_refuses_with_a_message(spec, msg):
+    with pytest.raises(BrwsimError, match=msg):
+        parse_law(spec)
+
+
+def test_parse_law_accepts_the_edges_of_each_range():
+    assert parse_law("dirichlet:V=2,alpha=1e20").alpha == 1e20
+    assert parse_law("zipf:V=2,s=1,s_sd=1e30").s_sd == 1e30
+    assert parse_law("zipf:V=2,s=0.25").s == 0.25 and parse_law("temp:T=0.25,law=zipf:V=2,s=1").T == 0.25
+
+
+def _two_state_cfg(b="fixed:probs=0.75/0.25"):
+    return {
+        "states": {"a": "fixed:probs=0.5/0.5", "b": b},
+        "initial": "a",
+        "kernel": {"a": [[0.5, 0.5]], "b": [[1, 0]]},
+    }
+
+
+def test_parse_law_reads_bare_paths_by_their_ending(tmp_path):
+    import json
+
+    d = tmp_path / "a:b"  # a colon in the directory: still a bare path
+    d.mkdir()
+    (d / "law.json").write_text(json.dumps(_two_state_cfg()))
+    m = parse_law(str(d / "law.json"))
+    assert m.state_names() == ["a", "b"] and m.spec() == f"markov:path={d / 'law.json'}"
+    (tmp_path / "LAW.TOML").write_text(
+        'initial = "a"\n[states]\na = "fixed:probs=0.5/0.5"\nb = "fixed:probs=0.75/0.25"\n'
+        "[kernel]\na = [[0.5, 0.5]]\nb = [[1.0, 0.0]]\n"
+    )
+    assert parse_law(str(tmp_path / "LAW.TOML")).state_names() == ["a", "b"]
+    np.savez(tmp_path / "p.npz", probs=np.array([[0.5, 0.5]]))
+    p = parse_law(str(tmp_path / "p.npz"))
+    assert p.size == 1 and p.spec() == f"pool:path={tmp_path / 'p.npz'}"
+    assert parse_law(f"pool:path={tmp_path / 'p.npz'}").size == 1
+    with pytest.raises(BrwsimError, match="cannot be read"):
+        parse_law(f"markov:path={tmp_path / 'missing.json'}")
+
+
+# -- the i.i.d. interface, the temperature law, extreme parameters
+
+
+def test_an_iid_law_has_one_state_zero():
+    law = Temp(law=fixed_law([0.5, 0.25, 0.25]), T=0.5)
+    k = jax.random.key(0)
+    assert int(law.init_state(k)) == 0 and int(law.child_state(k, jnp.int32(0), jnp.int32(3))) == 0
+    assert law.state_names() == ["iid"] and law.sub_laws() == (law,) and law.costly_spine_step(False)
+    assert law.state_kernel().shape == (1, 1, 1) and law.state_kernel()[0, 0, 0] == 1
+    assert law.initial_probs().tolist() == [1.0] and law.exact_moments() is None
+    np.testing.assert_allclose(np.exp(np.asarray(law.node_logp(k, 0, 2))), [2 / 3, 1 / 6], rtol=1e-6)
+
+
+def test_temperature_spine_steps_by_hand():
+    # p^2 / sum p^2 = (2/3, 1/6, 1/6); ranks: the tie between tokens 1 and 2 goes to token 1
+    law = Temp(law=fixed_law([0.5, 0.25, 0.25]), T=0.5)
+    xi, r, h, m2 = steps(law, need_rank=True)
+    p = np.array([2 / 3, 1 / 6, 1 / 6])
+    for c in range(3):
+        check_freq(r == c, p[c])
+    np.testing.assert_allclose(xi, -np.log(p[r.astype(int)]), rtol=1e-5)
+    np.testing.assert_allclose(h, -(p * np.log(p)).sum(), rtol=1e-5)
+    np.testing.assert_allclose(m2, (p * np.log(p) ** 2).sum(), rtol=1e-5)
+    tables = law.spine_tables()
+    f = jax.jit(jax.vmap(lambda k: law.spine_step(tables, k, False, False, None)))
+    xi0, r0, h0, m20 = [np.asarray(a) for a in f(keys(2000, 5))]
+    assert np.all(r0 == 0) and np.all(np.isnan(h0)) and np.all(np.isnan(m20))
+    check_freq(np.isclose(xi0, math.log(1.5), rtol=1e-5), 2 / 3)
+
+
+def test_temperature_keeps_zeros_and_reaches_its_limits():
+    np.testing.assert_array_equal(  # a zero stays a zero
+        np.isneginf(np.asarray(Temp(law=fixed_law([0.5, 0.5, 0.0]), T=0.5).full_logp(None, 0))), [False, False, True]
+    )
+    for T in (1 / 3e38, 1e-40):  # 1/T just inside float32, and past it: the point mass on the most likely token
+        lp = np.asarray(Temp(law=fixed_law([0.5, 0.25, 0.25]), T=T).full_logp(None, 0))
+        np.testing.assert_array_equal(np.exp(lp), [1.0, 0.0, 0.0])
+    lp = np.asarray(Temp(law=fixed_law([0.5, 0.25, 0.25]), T=1e40).full_logp(None, 0))  # 1/T -> 0: uniform
+    np.testing.assert_allclose(np.exp(lp), [1 / 3] * 3, rtol=1e-6)
+
+
+def test_huge_sigma_logitnormal_is_a_uniformly_placed_point_mass():
+    V = 4
+    lp = full(LogitNormal(V=V, sigma=3e38), n=N)
+    p = np.exp(lp)
+    assert np.all(p.max(axis=1) == 1.0) and np.all(np.isclose(p.sum(axis=1), 1.0))
+    for i in range(V):
+        check_freq(p.argmax(axis=1) == i, 1 / V)
+
+
+def test_huge_s_sd_zipf_is_a_point_mass_or_uniform_with_probability_one_half():
+    lp = full(Zipf(V=3, s=1.0, s_sd=1e30), n=N)  # s_u = exp(1e30 Z): inf for Z > 0, 0 for Z < 0
+    p = np.exp(lp)
+    point = np.all(p == [1.0, 0.0, 0.0], axis=1)
+    flat = np.all(np.isclose(p, 1 / 3, rtol=1e-6), axis=1)
+    assert np.all(point | flat)
+    check_freq(point, 0.5)
+
+
+def test_tiny_alpha_dirichlet_is_a_uniformly_placed_point_mass():
+    V = 4
+    p = np.exp(full(Dirichlet(V=V, alpha=3e-39), n=N))  # 1/alpha: just inside float32
+    assert np.all(p.max(axis=1) == 1.0) and np.all(np.isclose(p.sum(axis=1), 1.0))
+    for i in range(V):
+        check_freq(p.argmax(axis=1) == i, 1 / V)
+
+
+def test_zero_entropy_is_positive_zero():
+    for law in (fixed_law([1.0]), Zipf(V=1, s=1.0)):
+        h, m2 = law.exact_moments()
+        assert (h, m2) == (0.0, 0.0) and math.copysign(1.0, h) == 1.0
+
+
+def test_fixed_law_tables_by_hand():
+    f = fixed_law([0.25, 0.5, 0.25])
+    assert int(f.node_row(None, 0)) == 0 and not f.costly_spine_step(True) and f.deterministic
+    np.testing.assert_allclose(np.exp(np.asarray(f.node_logp(None, 0, 2))), [0.5, 0.25], rtol=1e-7)
+    t = np.asarray(f.row_table(5))
+    assert t.shape == (1, 5) and np.all(np.isneginf(t[0, 3:]))
+    np.testing.assert_allclose(np.exp(t[0, :3]), [0.5, 0.25, 0.25], rtol=1e-7)
+    tab = f.spine_tables()
+    np.testing.assert_allclose(np.asarray(tab["cdf"]), [0.5, 0.75, 1.0], rtol=1e-7)
+    np.testing.assert_allclose(np.exp(np.asarray(tab["lp"])), [0.5, 0.25, 0.25], rtol=1e-7)
+    # a long Zipf table's cumulative probabilities are summed in float64: the last is 1 to float32 precision
+    cdf = np.asarray(Zipf(V=2000, s=1.0).spine_tables()["cdf"], np.float64)
+    assert abs(cdf[-1] - 1.0) < 2e-7
+
+
+# -- the pool: its files, its tables, its truncated rows
+
+
+def test_pool_file_formats_read_the_same_rows(tmp_path):
+    import json
+
+    rows = [[0.2, 0.5, 0.3], [0.1, 0.1, 0.8]]
+    want = np.log([[0.5, 0.3, 0.2], [0.8, 0.1, 0.1]])  # each row sorted decreasing
+    (tmp_path / "p.json").write_text(json.dumps(rows))
+    np.savez(tmp_path / "lp.npz", logp=np.log(rows))
+    for name in ("p.json", "lp.npz"):
+        pool = load_pool(str(tmp_path / name))
+        np.testing.assert_allclose(np.asarray(pool.logp), want, rtol=1e-6)
+        assert pool.size == 2 and pool.vocab == 3 and not pool.truncated
+        h = -(np.exp(want) * want).sum(axis=1)
+        np.testing.assert_allclose(np.asarray(pool.entropy), h, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(pool.m2), (np.exp(want) * want**2).sum(axis=1), rtol=1e-6)
+        assert pool.exact_moments() == pytest.approx((h.mean(), (np.exp(want) * want**2).sum(axis=1).mean()))
+    np.savez(tmp_path / "un.npz", probs=np.array([[9e-7, 0.5, 0.5]]))  # within 1e-6 of 1: renormalised
+    un = np.exp(np.asarray(load_pool(str(tmp_path / "un.npz")).logp, np.float64))
+    np.testing.assert_allclose(un[0], [0.5 / (1 + 9e-7), 0.5 / (1 + 9e-7), 9e-7 / (1 + 9e-7)], rtol=3e-7)
+    np.savez(tmp_path / "z.npz", probs=np.array([[0.5, 0.5, 0.0]]))  # a zero probability is -inf
+    assert np.isneginf(np.asarray(load_pool(str(tmp_path / "z.npz")).logp)[0, 2])
+    np.savez(tmp_path / "one.npz", probs=np.array([[1.0]]))
+    assert load_pool(str(tmp_path / "one.npz")).vocab == 1
+
+
+@pytest.mark.parametrize(
+    "arrays,msg",
+    [
+        ({}, "needs an array 'logp' or 'probs'"),
+        ({"probs": np.array([0.5, 0.5])}, "expected an N x K array"),
+        ({"probs": np.zeros((0, 2))}, "expected an N x K array"),
+        ({"probs": np.zeros((2, 0))}, "expected an N x K array"),
+        ({"probs": np.array([[0.5, np.nan]])}, r"in \[0, 1\] with no NaN"),
+        ({"logp": np.array([[0.1, -3.0]])}, r"in \[0, 1\] with no NaN"),
+        ({"probs": np.array([[0.5, 0.5], [0.0, 0.0]])}, "row 1 has no positive probability"),
+        (
+            {"probs": np.array([[0.5, 0.5], [0.5, 0.4]])},
+            "row 1 sums to 0.9, not 1; normalise the rows, or add 'entropy' and 'm2' arrays if they are top-K rows",
+        ),
+        ({"probs": np.array([[0.5, 0.4]]), "entropy": np.ones(1)}, "give both 'entropy' and 'm2'"),
+        ({"probs": np.array([[0.5, 0.4]]), "m2": np.ones(1)}, "give both 'entropy' and 'm2'"),
+        ({"probs": np.array([[0.6, 0.5]]), "entropy": np.ones(1), "m2": np.ones(1)}, "sums to more than 1"),
+        ({"probs": np.array([[0.5, 0.4]]), "entropy": np.ones(2), "m2": np.ones(1)}, "one value per row"),
+        ({"probs": np.array([[0.5, 0.4]]), "entropy": np.ones(1), "m2": np.ones(2)}, "one value per row"),
+        ({"probs": np.array([[0.5, 0.4]]), "entropy": -np.ones(1), "m2": np.ones(1)}, "finite numbers >= 0"),
+        ({"probs": np.array([[0.5, 0.4]]), "entropy": np.ones(1), "m2": -np.ones(1)}, "finite numbers >= 0"),
+        ({"probs": np.array([[0.5, 0.4]]), "entropy": np.full(1, np.inf), "m2": np.ones(1)}, "finite numbers"),
+        ({"probs": np.array([[0.5, 0.4]]), "entropy": np.ones(1), "m2": np.full(1, np.nan)}, "finite numbers"),
+        ({"probs": np.array([["a", "b"]])}, "array 'probs' has dtype <U1; it must hold real numbers"),
+        ({"logp": np.array([[True, False]])}, "array 'logp' has dtype bool"),
+        ({"probs": np.array([[0.5, 0.5]]), "entropy": np.array(["x"]), "m2": np.ones(1)}, "array 'entropy' has"),
+        ({"probs": np.array([[0.5, 0.5]]), "entropy": np.ones(1), "m2": np.array(["x"])}, "array 'm2' has"),
+    ],
+)
+def test_pool_file_errors(tmp_path, arrays, msg):
+    np.savez(tmp_path / "p.npz", **arrays)
+    with pytest.raises(BrwsimError, match=msg):
+        load_pool(str(tmp_path / "p.npz"))
+
+
+def test_pool_unreadable_files(tmp_path):
+    np.save(tmp_path / "single.npy", np.array([[0.5, 0.5]]))
+    import os
+
+    os.rename(tmp_path / "single.npy", tmp_path / "single.npz")
+    for name, content, msg in [
+        ("single.npz", None, "is a single .npy array"),
+        ("junk.npz", b"not an archive", "is not a readable .npz archive"),
+        ("bad.json", b"{not json", "expected a JSON list of equal-length probability lists"),
+        ("ragged.json", b"[[0.5, 0.5], [1.0]]", "expected a JSON list"),
+    ]:
+        if content is not None:
+            (tmp_path / name).write_bytes(content)
+        with pytest.raises(BrwsimError, match=msg):
+            load_pool(str(tmp_path / name))
+    np.savez(tmp_path / "obj.npz", probs=np.array([[0.5, 0.5]], dtype=object))
+    with pytest.raises(BrwsimError, match="not a plain numeric array"):
+        load_pool(str(tmp_path / "obj.npz"))
+    with pytest.raises(BrwsimError, match=r"^pool file .*missing\.npz' cannot be read: No such file"):
+        load_pool(str(tmp_path / "missing.npz"))
+
+
+def test_pool_tables_rows_and_budget(tmp_path):
+    pool = _pool(tmp_path, [[0.7, 0.2, 0.1], [0.2, 0.4, 0.4], [1.0, 0.0, 0.0]])
+    t2, t3, t5 = (np.asarray(pool.row_table(k)) for k in (2, 3, 5))
+    rows = np.array([[0.7, 0.2, 0.1], [0.4, 0.4, 0.2], [1.0, 0.0, 0.0]])
+    with np.errstate(divide="ignore"):
+        np.testing.assert_allclose(t3, np.log(rows), rtol=1e-6)
+    np.testing.assert_array_equal(t2, t3[:, :2])
+    assert t5.shape == (3, 5) and np.all(np.isneginf(t5[:, 3:])) and np.array_equal(t5[:, :3], t3)
+    pool.check_budget(10)  # whole rows: any budget
+    assert not pool.costly_spine_step(True)
+    f = jax.jit(jax.vmap(lambda k: (pool.node_row(k, 0), pool.node_logp(k, 0, 2), pool.full_logp(k, 0))))
+    r, nl, fl = (np.asarray(a) for a in f(keys(3000, 7)))
+    assert r.dtype == np.int32
+    for i in range(3):
+        check_freq(r == i, 1 / 3)
+    np.testing.assert_array_equal(nl, t2[r])  # node_logp is row_table's row node_row, bit for bit
+    np.testing.assert_array_equal(fl, t3[r])
+
+
+def test_truncated_pool_tail_of_longer_rows(tmp_path):
+    # the tail's surprisal: -log(tail mass), but at least -log(last kept probability)
+    pool = _pool(tmp_path, [[0.4, 0.3, 0.25], [0.6, 0.25, 0.05]], entropy=np.ones(2), m2=np.ones(2))
+    np.testing.assert_allclose(np.asarray(pool.spine_tables()["tail"]), [-math.log(0.05)] * 2, rtol=1e-5)
+    with pytest.raises(BrwsimError, match="keeps only the top 3 entries per row, but a tree of P=4"):
+        pool.row_table(4)
+    with pytest.raises(BrwsimError, match="P=4"):
+        Temp(law=pool, T=2.0).check_budget(4)
+    Temp(law=pool, T=2.0).check_budget(3)
+
+
+# -- the Markov law: files, states, the kernel on the child's rank
+
+
+def _markov(tmp_path, **over):
+    np.savez(tmp_path / "mp.npz", probs=np.array([[0.7, 0.2, 0.1], [0.2, 0.4, 0.4], [1.0, 0.0, 0.0]]))
+    cfg = {
+        "description": "a test law",
+        "states": {"a": "fixed:probs=0.75/0.25", "b": f"pool:path={tmp_path / 'mp.npz'}"},
+        "initial": {"a": 0.25, "b": 0.75},
+        # three rows for a (rank 0, 1, 2+), one for b (every rank)
+        "kernel": {"a": [[1.0, 0.0], [0.2, 0.8], [0.0, 1.0]], "b": [[0.6, 0.4]]},
+    }
+    return markov_law(cfg | over)
+
+
+def test_markov_states_rows_and_kernel_by_hand(tmp_path):
+    m = _markov(tmp_path)
+    assert m.state_names() == ["a", "b"] and m.n_states == 2 and m.vocab == 3 and not m.is_iid
+    assert len(m.sub_laws()) == 2 and m.sub_laws()[0].vocab == 2 and m.indexed
+    K = m.state_kernel()
+    np.testing.assert_allclose(K[0], [[1, 0], [0.2, 0.8], [0, 1]], rtol=1e-6, atol=0)
+    np.testing.assert_allclose(K[1], [[0.6, 0.4]] * 3, rtol=1e-6)  # b's one row serves every rank
+    np.testing.assert_allclose(m.initial_probs(), [0.25, 0.75], rtol=1e-6)
+    a = np.asarray(jax.jit(m.full_logp)(jax.random.key(0), 0))  # state a's two tokens, padded to the vocabulary
+    np.testing.assert_allclose(np.exp(a[:2]), [0.75, 0.25], rtol=1e-6)
+    assert a.shape == (3,) and np.isneginf(a[2])
+    table = np.asarray(m.row_table(2))
+    assert table.shape == (4, 2)  # a's one row, then b's three
+    np.testing.assert_allclose(np.exp(table), [[0.75, 0.25], [0.7, 0.2], [0.4, 0.4], [1.0, 0.0]], rtol=1e-6)
+    n = 3000
+
+    def draw(k):
+        k1, k2, k3 = jax.random.split(k, 3)
+        rows = m.node_row(k1, 0), m.node_row(k1, 1)
+        lps = m.node_logp(k1, 0, 2), m.node_logp(k1, 1, 2), m.full_logp(k1, 1)
+        ch = [m.child_state(k2, jnp.int32(s), jnp.int32(r)) for s, r in ((0, 0), (0, 1), (0, 2), (0, 7), (1, 0))]
+        return rows, lps, m.init_state(k3), jnp.stack(ch)
+
+    (r0, r1), (lp0, lp1, f1), init, ch = jax.jit(jax.vmap(draw))(keys(n, 11))
+    r0, r1, init, ch = (np.asarray(x) for x in (r0, r1, init, ch))
+    assert np.all(r0 == 0) and set(np.unique(r1)) == {1, 2, 3}
+    for i in (1, 2, 3):
+        check_freq(r1 == i, 1 / 3)
+    np.testing.assert_array_equal(np.asarray(lp0), table[r0])
+    np.testing.assert_array_equal(np.asarray(lp1), table[r1])  # node_logp is row r of row_table, bit for bit
+    np.testing.assert_array_equal(np.asarray(f1)[:, :2], table[r1])
+    check_freq(init == 1, 0.75)
+    assert init.dtype == np.int32 and ch.dtype == np.int32  # states are int32 indices
+    for j, p_b in enumerate([0.0, 0.8, 1.0, 1.0, 0.4]):  # P(child in b) for (a, 0), (a, 1), (a, 2), (a, 7), (b, 0)
+        check_freq(ch[:, j] == 1, p_b)
+    with pytest.raises(BrwsimError, match="P=5"):  # a truncated pool state bounds every budget
+        np.savez(tmp_path / "tr.npz", probs=np.array([[0.5, 0.3]]), entropy=np.ones(1), m2=np.ones(1))
+        _markov(tmp_path, states={"a": "fixed:probs=1", "b": f"pool:path={tmp_path / 'tr.npz'}"}).check_budget(5)
+
+
+@pytest.mark.parametrize(
+    "over,msg",
+    [
+        ({"extra": 1}, "unknown key.s. extra; use states, initial, kernel"),
+        ({"states": {}}, "'states' must map state names to law SPECs"),
+        ({"states": ["a", "b"]}, "'states' must map state names to law SPECs"),
+        ({"states": {"a": 1, "b": "fixed:probs=1"}}, "state 'a' must be a law SPEC string"),
+        ({"initial": "c"}, "initial state 'c' is not one of"),
+        ({"initial": {"c": 1.0}}, r"initial names unknown state\(s\) \['c'\]"),
+        ({"initial": {"a": 0.5}}, "initial: probabilities sum to 0.5"),
+        ({"initial": 3}, "'initial' must be a state name or a name -> probability table"),
+        ({"kernel": {"a": [[1.0, 0.0]]}}, "'kernel' must have one entry per state"),
+        ({"kernel": [[1.0, 0.0]]}, "'kernel' must have one entry per state"),
+        ({"kernel": {"a": 3, "b": []}}, "each kernel entry must be a non-empty list of rows"),
+        ({"kernel": {"a": 3, "b": [[1.0, 0.0]]}}, r"kernel\['a'\] must be a non-empty list of rows"),
+        ({"kernel": {"a": [], "b": []}}, "each kernel entry must be a non-empty list of rows"),
+        ({"kernel": {"a": [[1.0, 0.0]], "b": []}}, r"kernel\['b'\] must be a non-empty list of rows"),
+        ({"kernel": {"a": [[1.0, 0.0]], "b": [[1.0]]}}, r"kernel\['b'\] row 0 must list 2 probabilities"),
+        ({"kernel": {"a": [[1.0, 0.0], [0.5, 0.4]], "b": [[1.0, 0.0]]}}, r"kernel\['a'\] row 1: probabilities sum"),
+    ],
+)
+def test_markov_config_errors(tmp_path, over, msg):
+    with pytest.raises(BrwsimError, match=msg):
+        _markov(tmp_path, **over)
+
+
+def test_markov_missing_keys_and_bad_files(tmp_path):
+    cfg = _two_state_cfg()
+    np.testing.assert_allclose(markov_law(cfg).initial_probs(), [1.0, 0.0])  # the root's state by name
+    np.testing.assert_allclose(markov_law(cfg | {"initial": {"b": 1.0}}).initial_probs(), [0.0, 1.0])
+    for k in ("states", "initial", "kernel"):
+        with pytest.raises(BrwsimError, match=f"^Markov law '<dict>': missing key '{k}'"):
+            markov_law({x: v for x, v in cfg.items() if x != k})
+    with pytest.raises(BrwsimError, match="expected a table with keys states, initial, kernel"):
+        markov_law([1, 2])
+    (tmp_path / "m.json").write_text('{"initial": "a",')
+    with pytest.raises(BrwsimError, match=r"^Markov law file '.*m\.json' does not parse: Expecting"):
+        parse_law(f"markov:path={tmp_path / 'm.json'}")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(BrwsimError, match="does not parse: nested too deeply$"):
+        parse_law(str(tmp_path / "deep.json"))
+    (tmp_path / "m.toml").write_text("initial = ")
+    with pytest.raises(BrwsimError, match=r"m\.toml' does not parse"):
+        parse_law(str(tmp_path / "m.toml"))
+    with pytest.raises(BrwsimError, match=r"^Markov law file '.*none\.json' cannot be read"):
+        parse_law(str(tmp_path / "none.json"))
+    import json
+
+    (tmp_path / "self.json").write_text(json.dumps(_two_state_cfg(b=str(tmp_path / "self.json"))))
+    with pytest.raises(BrwsimError, match=r"refers to itself \(self\.json -> self\.json\)"):
+        parse_law(str(tmp_path / "self.json"))
+    (tmp_path / "x.json").write_text(json.dumps(_two_state_cfg(b=str(tmp_path / "y.json"))))
+    (tmp_path / "y.json").write_text(json.dumps(_two_state_cfg()))
+    with pytest.raises(BrwsimError, match="state 'b' may not itself be a Markov law"):
+        parse_law(str(tmp_path / "x.json"))
+    with pytest.raises(BrwsimError, match="the inner law must be i.i.d."):
+        parse_law(f"temp:T=1,law={tmp_path / 'y.json'}")
+
+
+def test_markov_long_run_entropy_with_a_rank_dependent_kernel():
+    # a: (1/2, 1/2), b: (3/4, 1/4). The spine takes rank 0 with probability 1/2 from a and 3/4 from b;
+    # rank 0 leads to a, rank 1 to b. So P(a -> a) = 1/2, P(b -> a) = 3/4: pi_a = 3/5, pi_b = 2/5.
+    law = markov_law(
+        {
+            "states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.75/0.25"},
+            "initial": "b",
+            "kernel": {"a": [[1, 0], [0, 1]], "b": [[1, 0], [0, 1]]},
+        }
+    )
+    hb = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    m = moments(jax.random.key(1), law)
+    assert m.mu == pytest.approx(0.6 * math.log(2) + 0.4 * hb, abs=4 * m.mu_se + 1e-6)
+
+
+# -- Dirichlet: the ranked spine step, V = 1 and V = 2, the Gamma sampler against the Gamma law
+
+
+def test_dirichlet_on_two_symbols_by_hand():
+    # V = 2, alpha = 1: p_1 uniform. The child taken is the larger one with probability E[max] = 3/4, and its
+    # surprisal has mean E[H] = 1/2 (both ranked and size-biased: Beta(2, 1), E[-log p] = psi(3) - psi(2))
+    law = Dirichlet(V=2, alpha=1.0)
+    n = N
+    xi, r, h, m2 = steps(law, n=n, need_rank=True)
+    check_freq(r == 0, 0.75)
+    close(xi.mean(), 0.5, xi.std() / math.sqrt(n))
+    close(h.mean(), 0.5, h.std() / math.sqrt(n))
+    xi2, r2, h2, m22 = steps(law, n=n, need_rank=False)
+    close(xi2.mean(), 0.5, xi2.std() / math.sqrt(n))
+    assert np.all(r2 == 0) and np.allclose(h2, 0.5) and np.allclose(m22, 0.5)
+    p0 = np.exp(full(law)[:, 0])  # uniform on [0, 1]: variance 1/12
+    check_var(p0, 1 / 12)
+    xi1, r1, h1, _ = steps(Dirichlet(V=1, alpha=1.0), n=16, need_rank=False)
+    assert np.all(xi1 == 0) and np.all(r1 == 0) and np.all(h1 == 0)

@@ -7,16 +7,30 @@ N_i(s) = sum_d e^{S_{i,d}} 1{S_{i,d} <= s} (left limits s -> u^- at a point u), 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import numpy as np
 import pytest
+from scipy import integrate, stats
 
+from brwsim._keys import Stream
 from brwsim._stats import MARGIN_Z, Z95
 from brwsim.errors import BrwsimError
-from brwsim.laws import fixed_law
-from brwsim.spine import SpineCurves, curves_from_xi, law_curves
+from brwsim.laws import LogitNormal, Temp, fixed_law, markov_law
+from brwsim.spine import (
+    SpineCurves,
+    curves_from_xi,
+    law_curves,
+    sample_walks,
+    spine_batch,
+    spine_moments,
+    spine_moments_walks,
+    stationary,
+)
+from brwsim.spine._stationary import _closed_classes, _stationary_pi, long_run_law
+from brwsim.spine._walks import _bucket
 from brwsim.theory import asymptotic, bounds_from_curves, law_spine_bounds, renewal, spine_bounds, theorem1_leading
 from brwsim.theory._bounds import check_margin_z, check_P_values
 from brwsim.theory._closed_forms import renewal_formula
@@ -393,3 +407,282 @@ def test_default_cover_reads_the_last_step():
 def test_a_point_exactly_at_the_cap_counts():
     c = curves(s_cap=2.0)  # both walks have a point at S = 2, the cap
     assert c.tau(np.array([2.0]))[0][0] == 2.5
+
+
+# -- spine walks on hand-made laws: i.i.d. fixed laws (S_d = sum of -log p of the chosen ranks) and two-state
+# Markov laws whose kernels are 0/1 on the child's rank, so that every state sequence is readable from the walk
+
+F2 = float(np.float32(LN2))  # a step of fixed_law([0.5, 0.5]) in float32
+# state b's distribution (3/4, 1/4): entropy and second log-moment
+HB = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+M2B = 0.75 * math.log(0.75) ** 2 + 0.25 * math.log(0.25) ** 2
+
+
+def two_state(ka, kb, initial="a", pb=(0.75, 0.25)):
+    """States a: fixed (1/2, 1/2) and b: ``pb`` under a temperature of 1 (the O(V) step, which reads the rank).
+
+    ``ka``, ``kb``: the next-state rows [Pr(a), Pr(b)] of the child of rank 0 and of rank >= 1.
+    Every law built here has one structure (one compilation of the walk step per state).
+    """
+    law = markov_law(
+        {
+            "states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.5/0.5"},
+            "initial": initial,
+            "kernel": {"a": ka, "b": kb},
+        }
+    )
+    return dataclasses.replace(law, laws=(fixed_law([0.5, 0.5]), Temp(law=fixed_law(list(pb)), T=1.0)))
+
+
+TO_A, TO_B = [1.0, 0.0], [0.0, 1.0]  # kernel rows: the child's state is a, or b
+
+
+def rank_law():
+    """a: rank 0 stays in a, rank 1 goes to b; b: rank 0 stays in b, rank 1 goes to a (built in the test, not at
+    import: the exact tests create no JAX array before mutmut forks)."""
+    return two_state([TO_A, TO_B], [TO_B, TO_A])
+
+
+def alternate_law():
+    """a, b, a, b, ... whatever the ranks."""
+    return two_state([TO_B, TO_B], [TO_A, TO_A])
+
+
+WALKS = 16
+
+
+def test_bucket_by_hand():
+    # walks / 8^k, shrinking while the next size still holds n and 128
+    assert _bucket(1, 8192) == 128 and _bucket(128, 1024) == 128 and _bucket(129, 1024) == 1024
+    assert _bucket(200, 8192) == 1024 and _bucket(1, 1000) == 1000 and _bucket(1, 1024) == 128
+    assert _bucket(1, 1023) == 1023 and _bucket(16, 16) == 16
+    assert type(_bucket(1, 8192)) is int  # a batch size (np.zeros refuses a float)
+
+
+def test_walks_need_two_walks():
+    with pytest.raises(BrwsimError) as e:
+        sample_walks(jax.random.key(0), fixed_law([0.5, 0.5]), 1)
+    assert str(e.value) == "walks must be >= 2, got 1"
+    assert sample_walks(jax.random.key(0), fixed_law([0.5, 0.5]), 2, depth=0).xi.shape == (2, 0)  # two will do
+
+
+def test_walks_stop_past_s_max_and_at_depth():
+    law = fixed_law([0.5, 0.5])  # S_d = d ln 2 on every walk
+    w = sample_walks(jax.random.key(0), law, WALKS, s_max=2 * F2)  # S = 2 ln 2 is not past s_max: a third step
+    assert w.xi.shape == (WALKS, 3) and np.all(w.xi == F2) and np.all(w.cover == 3 * F2)
+    assert np.all(w.state == 0) and np.all(w.H == pytest.approx(LN2)) and np.all(w.M2 == pytest.approx(LN2**2))
+    w = sample_walks(jax.random.key(0), law, WALKS, depth=5)
+    assert w.xi.shape == (WALKS, 5) and np.all(w.cover == 5 * F2)
+    w = sample_walks(jax.random.key(0), law, WALKS, depth=0)  # no step at all
+    assert w.xi.shape == w.H.shape == w.M2.shape == w.state.shape == (WALKS, 0)
+    assert w.state.dtype == np.int32 and np.all(w.cover == 0.0)
+
+
+def test_walks_stop_after_64_steps_without_a_move():
+    # a, then b forever; b is the point mass (1, 0): every walk moves once by ln 2, then 64 steps of 0
+    law = two_state([TO_B, TO_B], [TO_B, TO_B], pb=(1.0, 0.0))
+    w = sample_walks(jax.random.key(0), law, WALKS, need_H=True)
+    assert w.xi.shape == (WALKS, 65)
+    np.testing.assert_array_equal(w.xi, np.tile([F2] + [0.0] * 64, (WALKS, 1)))
+    np.testing.assert_array_equal(w.state, np.tile([0] + [1] * 64, (WALKS, 1)))
+    np.testing.assert_allclose(w.H, np.tile([LN2] + [0.0] * 64, (WALKS, 1)), atol=1e-7)
+    assert np.all(w.cover == F2)
+
+
+def test_walks_follow_the_kernel_of_the_childs_rank():
+    w = sample_walks(jax.random.key(3), rank_law(), WALKS, depth=8, need_H=True)
+    st, xi = w.state, w.xi
+    assert st.shape == (WALKS, 8) and np.all(st[:, 0] == 0)  # the root is in a
+    in_a, in_b = st[:, :-1] == 0, st[:, :-1] == 1
+    top = np.isclose(xi[:, :-1], -math.log(0.75), rtol=1e-6)  # in b: rank 0 iff the step is -ln 3/4
+    assert np.all(np.isclose(xi[st == 0], LN2, rtol=1e-6))
+    assert np.all(np.isclose(xi[st == 1], -math.log(0.75), rtol=1e-6) | np.isclose(xi[st == 1], LN2 * 2, rtol=1e-6))
+    assert np.all(st[:, 1:][in_b] == np.where(top, 1, 0)[in_b])  # b: rank 0 -> b, rank 1 -> a
+    assert in_b.sum() > 10 and (in_b & ~top).sum() > 3 and (in_a & (st[:, 1:] == 1)).sum() > 3
+    np.testing.assert_allclose(w.H, np.where(st == 0, LN2, HB), rtol=1e-6)
+    np.testing.assert_allclose(w.M2, np.where(st == 0, LN2**2, M2B), rtol=1e-6)
+    np.testing.assert_allclose(w.cover, xi.sum(1), rtol=1e-12)
+
+
+def test_each_walk_stops_at_its_own_first_sum_past_s_max():
+    w = sample_walks(jax.random.key(4), rank_law(), WALKS, s_max=1.5, need_H=True)  # steps ln 2, -ln 3/4, ln 4
+    for xi, H, st, cover in zip(w.xi, w.H, w.state, w.cover, strict=True):
+        n = int(np.sum(~np.isnan(xi)))  # steps taken
+        S = np.cumsum(xi[:n])
+        assert np.all(S[:-1] <= 1.5) and S[-1] > 1.5 and cover == pytest.approx(S[-1], rel=1e-12)
+        assert np.all(np.isnan(xi[n:])) and np.all(np.isnan(H[n:])) and np.all(st[n:] == -1) and np.all(st[:n] >= 0)
+    lengths = (~np.isnan(w.xi)).sum(1)
+    assert lengths.min() < lengths.max() == w.xi.shape[1]  # walks of several lengths
+
+
+def test_walks_without_H_leave_it_unknown_where_no_closed_form():
+    w = sample_walks(jax.random.key(3), LogitNormal(V=2, sigma=1.0), WALKS, depth=2)  # O(V) steps, no closed form
+    assert w.xi.shape == (WALKS, 2) and np.all(np.isnan(w.H)) and np.all(np.isnan(w.M2)) and np.all(w.state == 0)
+    assert np.all((w.xi > 0) & (w.xi < 40)) and np.all(w.cover == w.xi.sum(1))
+
+
+def test_long_run_moments_along_alternating_walks():
+    # depths burn .. depth - 1 alternate a, b: every walk sees the same H sequence (standard errors 0)
+    m = spine_moments_walks(jax.random.key(0), alternate_law(), walks=WALKS, depth=7, burn=2)  # a b a b a
+    assert m.fractions == pytest.approx([0.6, 0.4])
+    assert m.mu == pytest.approx((3 * LN2 + 2 * HB) / 5, rel=1e-6)
+    assert m.mu2 == pytest.approx((3 * LN2**2 + 2 * M2B) / 5, rel=1e-6)
+    assert m.mu_se == pytest.approx(0.0, abs=1e-9) and m.mu2_se == pytest.approx(0.0, abs=1e-9)
+    m = spine_moments_walks(jax.random.key(0), alternate_law(), walks=WALKS, depth=8, burn=3)  # b a b a b
+    assert m.fractions == pytest.approx([0.4, 0.6]) and m.mu == pytest.approx((2 * LN2 + 3 * HB) / 5, rel=1e-6)
+    m = spine_moments_walks(jax.random.key(0), alternate_law(), walks=WALKS)  # depths 16 .. 47: sixteen of each
+    assert m.fractions == pytest.approx([0.5, 0.5]) and m.mu == pytest.approx((LN2 + HB) / 2, rel=1e-6)
+
+
+def test_long_run_moments_standard_error_over_walks():
+    # initial a or b with probability 1/2, each state keeps itself: walk averages are ln 2 or H_b
+    law = two_state([TO_A, TO_A], [TO_B, TO_B], initial={"a": 0.5, "b": 0.5})
+    m = spine_moments_walks(jax.random.key(1), law, walks=WALKS, depth=4, burn=1)
+    n, k = WALKS, round(m.fractions[0] * WALKS)
+    assert 0 < k < n and m.fractions[0] + m.fractions[1] == pytest.approx(1.0)
+    assert m.mu == pytest.approx((k * LN2 + (n - k) * HB) / n, rel=1e-6)
+    sd = math.sqrt(k * (n - k) / (n * (n - 1)))  # sample sd of k ones and n - k zeros
+    assert m.mu_se == pytest.approx(sd * (LN2 - HB) / math.sqrt(n), rel=1e-5)
+    assert m.mu2_se == pytest.approx(sd * abs(LN2**2 - M2B) / math.sqrt(n), rel=1e-5)
+    # these are the walks of stream SPINE_DIRECT (the bounds' walks use SPINE: another draw of the initial states)
+    w = sample_walks(jax.random.key(1), law, WALKS, depth=1, stream=Stream.SPINE_DIRECT, need_H=True)
+    assert np.sum(w.state[:, 0] == 0) == k
+
+
+# -- the state chain: Q[s] = sum_r E_s[p_(r)] K[s, r]; for rank_law(), Q = [[1/2, 1/2], [1/4, 3/4]], pi = (1/3, 2/3)
+
+
+def test_stationary_chain_of_fixed_states_by_hand():
+    st = stationary(jax.random.key(0), rank_law(), samples=8, boot=4)
+    np.testing.assert_allclose(st.Q, [[0.5, 0.5], [0.25, 0.75]], rtol=1e-6)
+    np.testing.assert_allclose(st.pi, [1 / 3, 2 / 3], rtol=1e-6)
+    np.testing.assert_allclose(st.mu_s, [LN2, HB], rtol=1e-6)
+    np.testing.assert_allclose(st.mu2_s, [LN2**2, M2B], rtol=1e-6)
+    assert st.mu == pytest.approx((LN2 + 2 * HB) / 3, rel=1e-6)
+    assert st.mu2 == pytest.approx((LN2**2 + 2 * M2B) / 3, rel=1e-6)
+    assert np.all(np.abs(st.pi_se) < 1e-9) and abs(st.mu_se) < 1e-9 and abs(st.mu2_se) < 1e-9  # exact rows
+    m = spine_moments(jax.random.key(0), rank_law())
+    assert (m.mu, m.mu2, m.exact) == (pytest.approx(st.mu, rel=1e-6), pytest.approx(st.mu2, rel=1e-6), False)
+    a, b = m.per_state["a"], m.per_state["b"]
+    assert (a.fraction, a.mu, a.mu2, a.exact) == (pytest.approx(1 / 3), pytest.approx(LN2), pytest.approx(LN2**2), True)
+    assert (b.fraction, b.mu, b.mu2, b.exact) == (pytest.approx(2 / 3), pytest.approx(HB), pytest.approx(M2B), False)
+    assert abs(a.fraction_se) < 1e-9 and list(m.per_state) == ["a", "b"]
+
+
+def test_stationary_pi_of_two_and_three_states():
+    np.testing.assert_allclose(_stationary_pi(np.array([[0.5, 0.5], [0.25, 0.75]])), [1 / 3, 2 / 3], rtol=1e-12)
+    np.testing.assert_allclose(_stationary_pi(np.array([[0.0, 1.0], [1.0, 0.0]])), [0.5, 0.5], rtol=1e-12)
+    Q = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.5, 0.5, 0.0]])  # pi = (1, 2, 2) / 5
+    np.testing.assert_allclose(_stationary_pi(Q), [0.2, 0.4, 0.4], rtol=1e-12)
+
+
+def test_closed_classes_by_hand():
+    Q = np.array(
+        [
+            [0.5, 0.3, 0.2, 0.0],  # 0: transient, into {1} and {2, 3}
+            [0.0, 1.0, 0.0, 0.0],  # 1: absorbing
+            [0.0, 0.0, 0.0, 1.0],  # 2 <-> 3: a closed periodic class
+            [0.0, 0.0, 1.0, 0.0],
+        ]
+    )
+    assert [c.tolist() for c in _closed_classes(Q)] == [[1], [2, 3]]
+    assert [c.tolist() for c in _closed_classes(np.array([[0.5, 0.5], [0.25, 0.75]]))] == [[0, 1]]
+    assert [c.tolist() for c in _closed_classes(np.array([[1.0, 0.0], [0.5, 0.5]]))] == [[0]]
+    assert [c.tolist() for c in _closed_classes(np.eye(3))] == [[0], [1], [2]]
+
+
+def test_long_run_law_of_a_reducible_chain_by_hand():
+    Q = np.array(
+        [
+            [0.5, 0.3, 0.2, 0.0],  # from 0: absorbed in {1} w.p. 0.3 / 0.5 = 0.6, in {2, 3} w.p. 0.4
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 1.0],
+            [0.0, 0.0, 1.0, 0.0],
+        ]
+    )
+    np.testing.assert_allclose(long_run_law(Q, np.array([1.0, 0, 0, 0])), [0, 0.6, 0.2, 0.2], atol=1e-12)
+    np.testing.assert_allclose(long_run_law(Q, np.array([0.5, 0, 0.5, 0])), [0, 0.3, 0.35, 0.35], atol=1e-12)
+    np.testing.assert_allclose(long_run_law(Q, np.array([0, 1.0, 0, 0])), [0, 1, 0, 0], atol=1e-12)
+    # two transient states: 0 -> 1 w.p. 1/2, else {2}; 1 -> 0 w.p. 1/2, else {3}. From 0: a = 2/3 in {2}
+    Q = np.array([[0, 0.5, 0.5, 0], [0.5, 0, 0, 0.5], [0, 0, 1.0, 0], [0, 0, 0, 1.0]])
+    np.testing.assert_allclose(long_run_law(Q, np.array([1.0, 0, 0, 0])), [0, 0, 2 / 3, 1 / 3], atol=1e-12)
+    np.testing.assert_allclose(long_run_law(np.eye(2), np.array([0.25, 0.75])), [0.25, 0.75], atol=1e-12)
+    np.testing.assert_allclose(long_run_law(np.array([[0.5, 0.5], [0.25, 0.75]]), np.array([1.0, 0])), [1 / 3, 2 / 3])
+
+
+def entropy(lp):
+    p = np.exp(lp)
+    return float(-(p * np.where(p > 0, lp, 0)).sum()), float((p * np.where(p > 0, lp, 0) ** 2).sum())
+
+
+def test_coupled_spine_reads_the_trees_own_nodes():
+    # a: fixed (1/2, 1/2); b: a fresh logit-normal draw on three tokens at every node, from the node's key
+    law = dataclasses.replace(rank_law(), laws=(fixed_law([0.5, 0.5]), LogitNormal(V=3, sigma=1.0)))
+    tree_keys = jax.random.split(jax.random.key(5), 6)
+    walk_keys = jax.random.split(jax.random.key(6), 6)
+    sp = spine_batch(law, tree_keys, walk_keys, 5)
+    xi, H, M2, rank, st = (np.asarray(x, np.float64) for x in sp)
+    assert xi.shape == rank.shape == st.shape == (6, 5) and np.all(st[:, 0] == 0)
+    # the kernel by hand: a -> a on rank 0, b on rank >= 1; b -> b on rank 0, a on rank >= 1
+    np.testing.assert_array_equal(st[:, 1:], np.where(st[:, :-1] == 0, rank[:, :-1] > 0, rank[:, :-1] == 0))
+    assert (st == 1).sum() >= 5 and (st == 0).sum() >= 5
+    dist = jax.jit(lambda k: law.laws[1].full_logp(k, 0))
+    for i in range(6):
+        k = tree_keys[i]  # node keys (docs/theory.md, "Node keys"): distribution fold_in(k, 0), child of rank r 2 + r
+        for d in range(5):
+            if st[i, d] == 0:
+                assert (xi[i, d], H[i, d], M2[i, d]) == pytest.approx((LN2, LN2, LN2**2), rel=1e-6)
+            else:
+                lp = np.sort(np.asarray(dist(jax.random.fold_in(k, 0)), np.float64))[::-1]
+                assert xi[i, d] == pytest.approx(-lp[int(rank[i, d])], rel=1e-5)
+                assert (H[i, d], M2[i, d]) == pytest.approx(entropy(lp), rel=1e-5)
+            k = jax.random.fold_in(k, 2 + int(rank[i, d]))
+
+
+def ent2(p):
+    """Entropy of (p, 1 - p)."""
+    return -(p * math.log(p) + (1 - p) * math.log1p(-p)) if p < 1 else 0.0
+
+
+def m2_2(p):
+    """Second log-moment of (p, 1 - p)."""
+    return p * math.log(p) ** 2 + (1 - p) * math.log1p(-p) ** 2 if p < 1 else 0.0
+
+
+def logitnormal2(g):
+    """E[g(p_max)] for p = softmax(z), z two i.i.d. N(0, 1): p_max = sigmoid(|z_1 - z_2|), |z_1 - z_2| ~ sqrt(2) |N|."""
+    return integrate.quad(lambda x: g(1 / (1 + math.exp(-math.sqrt(2) * x))) * 2 * stats.norm.pdf(x), 0, 40)[0]
+
+
+def test_stationary_chain_of_random_states():
+    # a: logit-normal on two tokens (no closed form in the code: its H, M2 are averaged per sample); every rank
+    # goes to a or b with probability 1/2. b: Dirichlet(2, 2): p_max = max(U, 1 - U), U ~ Beta(2, 2), mean 11/16,
+    # variance 0.4875 - (11/16)^2; mu = psi(5) - psi(3) = 7/12, mu_2 = mu^2 + psi'(3) - psi'(5) = 37/72; rank 0
+    # stays in b, ranks 1 and >= 2 go to a. Q = [[1/2, 1/2], [q, 1 - q]], q = 5/16: pi_a = q / (q + 1/2) = 5/13
+    law = markov_law(
+        {
+            "states": {"a": "logitnormal:V=2,sigma=1", "b": "dirichlet:V=2,alpha=2"},
+            "initial": "b",
+            "kernel": {"a": [[0.5, 0.5]], "b": [TO_B, TO_A, TO_A]},
+        }
+    )
+    n = 2048
+    st = stationary(jax.random.key(0), law, samples=n)
+    h_a, m2_a = logitnormal2(ent2), logitnormal2(m2_2)
+    sd_h = math.sqrt(logitnormal2(lambda p: ent2(p) ** 2) - h_a**2)
+    sd_m2 = math.sqrt(logitnormal2(lambda p: m2_2(p) ** 2) - m2_a**2)
+    se_q = math.sqrt(0.4875 - (11 / 16) ** 2) / math.sqrt(n)
+    np.testing.assert_allclose(st.Q, [[0.5, 0.5], [5 / 16, 11 / 16]], atol=4 * se_q)
+    np.testing.assert_allclose(st.Q[0], [0.5, 0.5], rtol=1e-6)
+    pi_se = 128 / 169 * se_q  # d pi_a / d q = (1/2) / (q + 1/2)^2 = 128 / 169
+    np.testing.assert_allclose(st.pi, [5 / 13, 8 / 13], atol=4 * pi_se)
+    assert st.mu_s[0] == pytest.approx(h_a, abs=4 * sd_h / math.sqrt(n))
+    assert st.mu2_s[0] == pytest.approx(m2_a, abs=4 * sd_m2 / math.sqrt(n))
+    assert (st.mu_s[1], st.mu2_s[1]) == pytest.approx((7 / 12, 37 / 72), rel=1e-6)
+    # the bootstrap standard errors against the delta method (200 resamples: about 5% apart)
+    mu_se = math.sqrt(((h_a - 7 / 12) * pi_se) ** 2 + (5 / 13 * sd_h) ** 2 / n)
+    mu2_se = math.sqrt(((m2_a - 37 / 72) * pi_se) ** 2 + (5 / 13 * sd_m2) ** 2 / n)
+    assert st.pi_se == pytest.approx([pi_se, pi_se], rel=0.25)
+    assert (st.mu_se, st.mu2_se) == pytest.approx((mu_se, mu2_se), rel=0.25)
+    assert st.mu == pytest.approx(5 / 13 * h_a + 8 / 13 * 7 / 12, abs=4 * mu_se)
+    assert st.mu2 == pytest.approx(5 / 13 * m2_a + 8 / 13 * 37 / 72, abs=4 * mu2_se)

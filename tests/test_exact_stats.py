@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from brwsim._moments import Moments, StateMoments, entropy_moments
-from brwsim._stats import MARGIN_Z, Z95, RunningStat, Stat, mean_ci95, sample_chunks
+from brwsim._stats import MARGIN_Z, Z95, RunningStat, Stat, mean_ci95, paired_ci95, sample_chunks, t95
 
 LN2 = math.log(2.0)
 
@@ -184,3 +184,68 @@ def test_sample_chunks_stay_within_their_memory_bound(width, bound):
 
     (u,) = sample_chunks(f, jax.random.key(1), 7, width)
     assert u.shape == (7,) and set(sizes) == {bound}  # chunks of 2^22 // width items, all of one shape
+
+
+# Student t, two-sided 95% (the 97.5% quantile), from a printed table: degrees of freedom -> quantile
+T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 9: 2.262, 63: 1.998}
+
+
+@pytest.mark.parametrize("df,q", sorted(T_TABLE.items()))
+def test_t95_against_the_printed_table(df, q):
+    assert t95(df + 1) == pytest.approx(q, abs=6e-4)  # the table rounds to three decimals
+
+
+def test_t95_needs_two_values():
+    for n in (1, 0, -3):
+        with pytest.raises(ValueError) as e:
+            t95(n)
+        assert str(e.value) == f"a t interval needs at least 2 values, got {n}"
+
+
+def test_mean_ci95_of_three_values_by_hand():
+    m, h = mean_ci95([2.0, 4.0, 9.0])  # mean 5, squared deviations 9 + 1 + 16 = 26, s^2 = 13
+    assert m == 5.0 and h == pytest.approx(4.303 * math.sqrt(13 / 3), rel=2e-4)
+    m, h = mean_ci95(np.arange(10.0))  # mean 4.5, s^2 = 55 / 6 (= 10 * 11 / 12)
+    assert m == 4.5 and h == pytest.approx(2.262 * math.sqrt(55 / 6 / 10), rel=2e-4)
+
+
+def test_paired_ci95_by_hand():
+    m, h = paired_ci95([3.0, 5.0, 10.0], [1.0, 1.0, 1.0])  # differences 2, 4, 9
+    assert m == 5.0 and h == pytest.approx(4.303 * math.sqrt(13 / 3), rel=2e-4)
+    # large shared prompt-to-prompt variation, differences 1, 2, 1: mean 4/3, s^2 = 1/3, half-width t / 3
+    m, h = paired_ci95(np.array([10.0, 20.0, 30.0]), np.array([9.0, 18.0, 29.0]))
+    assert m == pytest.approx(4 / 3, rel=1e-12) and h == pytest.approx(4.303 / 3, rel=2e-4)
+    m, h = paired_ci95([2.0], [0.5])
+    assert m == 1.5 and math.isnan(h)
+    with pytest.raises(ValueError) as e:
+        paired_ci95([1.0, 2.0], [1.0, 2.0, 3.0])
+    assert str(e.value) == "paired samples need the same shape, got (2,) and (3,)"
+
+
+def test_running_stat_state_and_restore_by_hand():
+    r = _SmallBlock()
+    r.add(np.arange(6.0))  # 0..3 folded when the fifth value came: n 4, mean 1.5, squared deviations 5; 4, 5 kept
+    s = r.state()
+    assert set(s) == {"buf", "n", "mean", "m2"}
+    np.testing.assert_array_equal(s["buf"], [4.0, 5.0])
+    assert (s["n"], s["mean"], s["m2"]) == (4, 1.5, 5.0)
+    r.add([6.0])
+    np.testing.assert_array_equal(s["buf"], [4.0, 5.0])  # a copy: later values do not change it
+    back = _SmallBlock.restore({"buf": [4.0, 5.0], "n": 4, "mean": 1.5, "m2": 5.0})
+    assert type(back) is _SmallBlock and back.n == 6
+    st = back.stat()  # 0..5: mean 2.5, sample variance 3.5
+    assert (st.mean, st.n) == (2.5, 6) and st.se == pytest.approx(math.sqrt(3.5 / 6), rel=1e-12)
+    back.add([6.0, 7.0, 8.0])  # 0..8: mean 4, sample variance 7.5
+    st = back.stat()
+    assert (st.mean, st.n) == (4.0, 9) and st.se == pytest.approx(math.sqrt(7.5 / 9), rel=1e-12)
+    fresh = RunningStat.restore({"buf": np.array([1.0, 3.0]), "n": 0, "mean": 0.0, "m2": 0.0})
+    assert fresh.n == 2 and fresh.stat().mean == 2.0 and fresh.stat().se == pytest.approx(1.0, rel=1e-12)
+
+
+def test_restored_statistic_of_one_folded_value():
+    r = RunningStat.restore({"buf": [], "n": 1, "mean": 3.0, "m2": 0.0})  # one value, already folded
+    s = r.stat()
+    assert (s.mean, s.n) == (3.0, 1) and math.isnan(s.se)  # like Stat.of of one value
+    r.add([5.0])  # 3, 5: mean 4, sample variance 2
+    s = r.stat()
+    assert (s.mean, s.n) == (4.0, 2) and s.se == pytest.approx(1.0, rel=1e-12)
