@@ -65,8 +65,8 @@ def log_normalize(z: jax.Array) -> jax.Array:
     """
     m = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
     y = z - jnp.where(jnp.isfinite(m), m, 0.0)
-    s = jnp.sum(jnp.exp(y), axis=-1, keepdims=True)  # >= 1, or 0 for a row of -inf (which then stays -inf)
-    return jnp.minimum(y - jnp.where(s > 0, jnp.log(s), 0.0), 0.0)
+    out = jnp.minimum(y - jnp.log(jnp.sum(jnp.exp(y), axis=-1, keepdims=True)), 0.0)
+    return jnp.where(m == -jnp.inf, -jnp.inf, out)  # a row of -inf stays -inf (not -inf - log 0 = NaN)
 
 
 def scale_logits(y: jax.Array, c: float) -> jax.Array:
