@@ -8,8 +8,9 @@
 //       -I "$(python -c 'import jax; print(jax.ffi.include_dir())')" benchmarks/native_search.cc /tmp/ref.o \
 //       -o /tmp/native_search && taskset -c 0 /tmp/native_search
 //
-// POOL=1 times a pool-like law instead (rows by randint from the node keys). -DFLATMAX=n
-// and -DGHEAP=n change the kernel's frontier threshold and its heap trees in lock step.
+// POOL=1 times a pool-like law instead (rows by randint from the node keys). -DFLATMAX=n, -DFLATB=n
+// (vectors of eight trees the flat search takes together) and -DGHEAP=n change the kernel's frontier
+// threshold, its flat groups and its heap trees in lock step.
 #include "../brwsim/data/oracle_native.cc"
 #include <cstdio>
 #include <ctime>

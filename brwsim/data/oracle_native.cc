@@ -256,8 +256,8 @@ struct alignas(16) Rec16 {
 
 // Two frontiers, chosen by the number of slots S = P + 1 (measured, benchmarks/README.md):
 //  * Flat (S <= FLAT_MAX): every candidate in plain arrays, the top found by a pass over them. For
-//    the keyless laws the candidates of eight trees are interleaved slot by slot (search_lanes:
-//    one vector compare per slot serves all eight); for pool, each tree's candidates in a few AVX2
+//    the keyless laws the candidates of sixteen trees are interleaved slot by slot (search_lanes:
+//    one vector compare per slot serves eight of them); for pool, each tree's candidates in a few AVX2
 //    vectors (FlatFrontier: their maximum and the first slot holding it, no branch).
 //  * Heap: a binary max-heap of 64-bit keys (order_key: value, then the lower slot first).
 // All take the lowest slot among equal candidates, the earliest-taken parent (the reference
@@ -482,51 +482,13 @@ static void search_keyed(const Law& law, const float* first, const uint32_t* tre
   }
 }
 
-// The node keys of trees t0 .. t0 + n_active - 1 (LANES at once) from their nodes' parents and ranks
-// (already in `out`): key(node) = fold_in(key(parent), 2 + rank), the root's the tree key (lanes past
-// n_active repeat tree t0). `kb` [(P + 1) * LANES * 2] holds the keys by slot, lane-major.
+// The node keys of trees t0 .. t0 + n_active - 1 (N at once, lanes past n_active repeating tree t0)
+// from their nodes' parents and ranks (already in `out`): key(node) = fold_in(key(parent), 2 + rank),
+// the root's the tree key. `kb` [2 (P + 1) N] holds them by slot in two planes, kb[s N + l] (word 0)
+// and kb[(P + 1 + s) N + l] (word 1). N = 16 (AVX2): the parents' keys are packed into vectors in
+// registers and the threefry of the two vectors of eight runs as two interleaved chains.
+template <int N>
 static void node_keys(const uint32_t* tree_keys, int64_t t0, int n_active, int64_t P, uint32_t* kb, const Out& out) {
-  uint32_t p0[LANES], p1[LANES], tag[LANES], c0[LANES], c1[LANES];
-  const int32_t* par[LANES];
-  const int32_t* rnk[LANES];
-  for (int l = 0; l < LANES; l++) {
-    int64_t t = t0 + (l < n_active ? l : 0);
-    kb[2 * l] = tree_keys[2 * t];
-    kb[2 * l + 1] = tree_keys[2 * t + 1];
-    par[l] = out.parent + t * P;
-    rnk[l] = out.rank + t * P;
-  }
-  for (int64_t i = 0; i < P; i++) {
-    for (int l = 0; l < LANES; l++) {
-      int64_t a = 2 * ((int64_t(par[l][i]) + 1) * LANES + l);
-      p0[l] = kb[a];
-      p1[l] = kb[a + 1];
-      tag[l] = 2u + uint32_t(rnk[l][i]);
-    }
-    fold_in(p0, p1, tag, c0, c1);
-    uint32_t* k = kb + 2 * (i + 1) * LANES;
-    for (int l = 0; l < LANES; l++) {
-      k[2 * l] = c0[l];
-      k[2 * l + 1] = c1[l];
-    }
-  }
-  for (int l = 0; l < n_active; l++) {
-    uint32_t* dst = out.key + 2 * (t0 + l) * P;
-    for (int64_t i = 0; i < P; i++) {
-      dst[2 * i] = kb[2 * ((i + 1) * LANES + l)];
-      dst[2 * i + 1] = kb[2 * ((i + 1) * LANES + l) + 1];
-    }
-  }
-}
-
-#ifdef __AVX2__
-// node_keys for the 16 trees t0 .. t0 + 15 (n_active of them written), their keys by slot in two
-// planes, kb[s * 16 + l] (word 0) and kb[(P + 1 + s) * 16 + l] (word 1): each node's keys are two
-// vector stores a plane, its parents' keys scalar loads packed into vectors in registers, and the
-// threefry of the two vectors of eight runs as two interleaved chains.
-static void node_keys16(const uint32_t* tree_keys, int64_t t0, int n_active, int64_t P, uint32_t* kb,
-                        const Out& out) {
-  constexpr int N = 16;
   uint32_t* w0 = kb;
   uint32_t* w1 = kb + (P + 1) * N;
   const int32_t* par[N];
@@ -538,26 +500,41 @@ static void node_keys16(const uint32_t* tree_keys, int64_t t0, int n_active, int
     par[l] = out.parent + t * P;
     rnk[l] = out.rank + t * P;
   }
-  const __m256i two = _mm256_set1_epi32(2);
   for (int64_t i = 0; i < P; i++) {
-    int32_t a[N];
+    int32_t a[N];  // the parents' slots in the planes
     for (int l = 0; l < N; l++) a[l] = (par[l][i] + 1) * N + l;
+#ifdef __AVX2__
+    if constexpr (N == 16) {
+      const __m256i two = _mm256_set1_epi32(2);
 #define G8(W, o)                                                                                   \
   _mm256_setr_epi32(int(W[a[o]]), int(W[a[o + 1]]), int(W[a[o + 2]]), int(W[a[o + 3]]), int(W[a[o + 4]]), \
                     int(W[a[o + 5]]), int(W[a[o + 6]]), int(W[a[o + 7]]))
 #define R8(o)                                                                                         \
   _mm256_add_epi32(two, _mm256_setr_epi32(rnk[o][i], rnk[o + 1][i], rnk[o + 2][i], rnk[o + 3][i], \
                                           rnk[o + 4][i], rnk[o + 5][i], rnk[o + 6][i], rnk[o + 7][i]))
-    __m256i oa0, oa1, ob0, ob1;
-    fold_in16(G8(w0, 0), G8(w1, 0), G8(w0, 8), G8(w1, 8), R8(0), R8(8), &oa0, &oa1, &ob0, &ob1);
+      __m256i oa0, oa1, ob0, ob1;
+      fold_in16(G8(w0, 0), G8(w1, 0), G8(w0, 8), G8(w1, 8), R8(0), R8(8), &oa0, &oa1, &ob0, &ob1);
 #undef G8
 #undef R8
-    __m256i* d0 = reinterpret_cast<__m256i*>(w0 + (i + 1) * N);
-    __m256i* d1 = reinterpret_cast<__m256i*>(w1 + (i + 1) * N);
-    _mm256_storeu_si256(d0, oa0);
-    _mm256_storeu_si256(d0 + 1, ob0);
-    _mm256_storeu_si256(d1, oa1);
-    _mm256_storeu_si256(d1 + 1, ob1);
+      __m256i* d0 = reinterpret_cast<__m256i*>(w0 + (i + 1) * N);
+      __m256i* d1 = reinterpret_cast<__m256i*>(w1 + (i + 1) * N);
+      _mm256_storeu_si256(d0, oa0);
+      _mm256_storeu_si256(d0 + 1, ob0);
+      _mm256_storeu_si256(d1, oa1);
+      _mm256_storeu_si256(d1 + 1, ob1);
+      continue;
+    }
+#endif
+    static_assert(N == LANES || N == 2 * LANES, "keys eight or sixteen trees at a time");
+    for (int h = 0; h < N; h += LANES) {  // (without AVX2, sixteen trees as two blocks of eight)
+      uint32_t p0[LANES], p1[LANES], tag[LANES];
+      for (int l = 0; l < LANES; l++) {
+        p0[l] = w0[a[h + l]];
+        p1[l] = w1[a[h + l]];
+        tag[l] = 2u + uint32_t(rnk[h + l][i]);
+      }
+      fold_in(p0, p1, tag, w0 + (i + 1) * N + h, w1 + (i + 1) * N + h);
+    }
   }
   for (int l = 0; l < n_active; l++) {
     uint32_t* dst = out.key + 2 * (t0 + l) * P;
@@ -567,7 +544,6 @@ static void node_keys16(const uint32_t* tree_keys, int64_t t0, int n_active, int
     }
   }
 }
-#endif
 
 // Root states (= rows) of trees t0 .. t0 + LANES - 1 of a keyless law.
 static void root_rows(const Law& law, const uint32_t* tree_keys, int64_t t0, int n_active, int32_t* row) {
@@ -589,8 +565,8 @@ static inline bool keyless(const Law& law) {
   return law.row_kind == ROW_STATE || (law.row_kind == ROW_ZERO && law.child_kind == CHILD_ZERO);
 }
 
-// Flat P (S = P + 1 <= FLAT_MAX slots), laws that need no node key: the LANES trees of a block searched together, slot-major:
-// v[s * LANES + l] is tree l's candidate at slot s, so one pass over the slots taken so far finds
+// Flat P (S = P + 1 <= FLAT_MAX slots), laws that need no node key: W = NB * LANES trees searched together,
+// slot-major: v[s * W + l] is tree l's candidate at slot s, so one pass over the slots taken so far finds
 // every tree's top at once (vertical compares, no horizontal reduction: strictly greater wins, so
 // the lowest slot among equal candidates, and slot 0 when all are -inf); then each tree, in scalar
 // code, takes its node as search_keyless does. Trees past n_active repeat tree 0 and write nothing.
@@ -742,13 +718,11 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
                                                                        out);
         }
       }
-#ifdef __AVX2__
-      if (keys16) {
-        node_keys16(tree_keys, t0, n_group, P, kb.data(), out);
-        continue;
-      }
-#endif
-      for (int b = 0; b < n_group; b += LANES) node_keys(tree_keys, t0 + b, std::min(n_group - b, LANES), P, kb.data(), out);
+if (keys16)
+        node_keys<2 * LANES>(tree_keys, t0, n_group, P, kb.data(), out);
+      else
+        for (int b = 0; b < n_group; b += LANES)
+          node_keys<LANES>(tree_keys, t0 + b, std::min(n_group - b, LANES), P, kb.data(), out);
     }
     return;
   }
