@@ -6,6 +6,7 @@ Each statistical check has a fixed seed and a tolerance of four standard errors 
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -477,10 +478,32 @@ def test_tiny_alpha_dirichlet_is_a_uniformly_placed_point_mass():
         check_freq(p.argmax(axis=1) == i, 1 / V)
 
 
+def test_alpha_scaled_sampler_is_alpha_times_the_plain_one():
+    """The scaled sampler of a tiny alpha makes the plain sampler's draws (same key use), times alpha, so the
+    point mass of a tiny alpha sits where the largest Gamma variate of the same key would be."""
+    from brwsim.laws._dirichlet import alpha_scaled_log_gamma
+
+    for i, a in enumerate((0.5, 0.05, 1e-3)):
+        k = jax.random.key(30 + i)
+        want = a * np.asarray(log_gamma_variates(k, a, (64,)), np.float64)
+        got = np.asarray(alpha_scaled_log_gamma(k, a, (64,)), np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_zero_entropy_is_positive_zero():
     for law in (fixed_law([1.0]), Zipf(V=1, s=1.0)):
         h, m2 = law.exact_moments()
         assert (h, m2) == (0.0, 0.0) and math.copysign(1.0, h) == 1.0
+
+
+def test_fixed_law_spec_prints_its_float32_log_probabilities_in_float64():
+    # p = (1/2, 1/4, 1/4): the law keeps float32(log p); its SPEC prints exp of those in float64 to 9 digits
+    # (float32's exp would print 0.5 / 0.25, a different number than the law holds)
+    f = fixed_law([0.5, 0.25, 0.25])
+    lp = np.float32(np.log([0.5, 0.25, 0.25]))
+    np.testing.assert_array_equal(np.asarray(f.logp), lp)
+    assert f.spec() == "fixed:probs=" + "/".join(f"{math.exp(float(x)):.9g}" for x in lp)
+    assert f.spec() != "fixed:probs=0.5/0.25/0.25"
 
 
 def test_fixed_law_tables_by_hand():
@@ -539,6 +562,10 @@ def test_pool_file_formats_read_the_same_rows(tmp_path):
             {"probs": np.array([[0.5, 0.5], [0.5, 0.4]])},
             "row 1 sums to 0.9, not 1; normalise the rows, or add 'entropy' and 'm2' arrays if they are top-K rows",
         ),
+        # the row farthest from 1 is named, above 1 as below
+        ({"probs": np.array([[0.6, 0.5], [0.5, 0.45]])}, "row 0 sums to 1.1, not 1"),
+        # a log-probability of 1e-6 is inside the range check's tolerance: the row's sum e^(1e-6) is the complaint
+        ({"logp": np.array([[1e-6]])}, "row 0 sums to 1.000001, not 1"),
         ({"probs": np.array([[0.5, 0.4]]), "entropy": np.ones(1)}, "give both 'entropy' and 'm2'"),
         ({"probs": np.array([[0.5, 0.4]]), "m2": np.ones(1)}, "give both 'entropy' and 'm2'"),
         ({"probs": np.array([[0.6, 0.5]]), "entropy": np.ones(1), "m2": np.ones(1)}, "sums to more than 1"),
@@ -610,6 +637,125 @@ def test_truncated_pool_tail_of_longer_rows(tmp_path):
     with pytest.raises(BrwsimError, match="P=4"):
         Temp(law=pool, T=2.0).check_budget(4)
     Temp(law=pool, T=2.0).check_budget(3)
+
+
+def test_pool_moments_are_float64_means_of_the_rows(tmp_path):
+    # entropies 1 and 1 + 2^-23, m2 2 and 2 + 2^-22 (all float32 numbers): their means 1 + 2^-24 and 2 + 2^-23
+    # are float64 numbers; a float32 mean would round the sums 2 + 2^-23 and 4 + 2^-22 (ties) down to 2 and 4
+    e, m2 = np.array([1.0, 1 + 2.0**-23]), np.array([2.0, 2 + 2.0**-22])
+    pool = _pool(tmp_path, [[0.5], [0.25]], entropy=e, m2=m2)
+    assert pool.exact_moments() == (1 + 2.0**-24, 2 + 2.0**-23)
+
+
+def test_pool_cdf_is_summed_in_float64(tmp_path):
+    # one row of 2000 entries, p_i = (1/i) / sum_j 1/j. Each float32 log-probability is within half an ulp,
+    # 2^-24 |log p_i|, of the truth, so each cumulative probability summed in float64 and rounded once to
+    # float32 is within 2^-24 (sum_{j <= i} p_j |log p_j| + cdf_i) of the exact one (with room: the float32
+    # roundings have both signs); a running sum in float32 drifts past that
+    inv = 1 / np.arange(1, 2001)
+    p = inv / inv.sum()
+    pool = _pool(tmp_path, [p])
+    cdf = np.asarray(pool.spine_tables()["cdf"], np.float64)[0]
+    want = np.cumsum(p)
+    assert np.all(np.abs(cdf - want) <= 2.0**-24 * (np.cumsum(-p * np.log(p)) + want))
+
+
+def test_pool_tail_of_a_whole_row_is_infinite_without_warnings(tmp_path):
+    # a whole row has no tail: its tail mass 1 - cdf_K is 0 (one entry of probability 1), or slightly negative
+    # by float32 rounding (seven entries of 1/7: float32(log 1/7) rounds up, they sum to 1 + 5e-8); either way
+    # it is clipped to 0 and the tail's surprisal is +inf, with no NumPy warning on the way
+    for row in ([1.0], [1 / 7] * 7):
+        pool = _pool(tmp_path, [row])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            tail = np.asarray(pool.spine_tables()["tail"])
+        assert tail.dtype == np.float32 and np.all(np.isposinf(tail))
+    assert np.exp(np.asarray(pool.logp, np.float64)).sum() > 1  # the seven-entry row is the one above 1
+
+
+def test_pool_spine_step_on_a_cdf_entry_and_past_the_last(tmp_path):
+    # one whole row of K = 61387 entries 1/K: float32(log 1/K) rounds down by nearly half an ulp, so the
+    # float32 probabilities sum to 1 - 8 * 2^-24 and a uniform u in [cdf_K, 1) has probability 4 * 2^-23
+    K = 61387
+    pool = _pool(tmp_path, [np.full(K, 1 / K)])
+    tables = pool.spine_tables()
+    cdf = np.asarray(tables["cdf"])[0]
+    assert cdf[-1] == np.float32(1 - 8 * 2.0**-24)
+    # two seeds found by a search: the step's uniform (the second key of a split) is exactly a cdf entry, and
+    # past the last one
+    seeds = jnp.array([40, 1247695])
+    u = np.asarray(jax.vmap(lambda s: jax.random.uniform(jax.random.split(jax.random.key(s))[1]))(seeds))
+    (j,) = np.nonzero(cdf[:-1] == u[0])[0]
+    assert u[1] >= cdf[-1]
+    f = jax.jit(jax.vmap(lambda s: pool.spine_step(tables, jax.random.key(s), True, True, None)))
+    xi, r, h, _ = f(seeds)
+    assert r.dtype == jnp.int32
+    # child i is taken for u in [cdf_{i-1}, cdf_i), the half-open inverse CDF: u = cdf_j takes child j + 1
+    assert int(r[0]) == j + 1
+    # past cdf_K a whole row has no tail: the draw is its last child, of surprisal log K
+    assert int(r[1]) == K - 1 and float(xi[1]) == pytest.approx(math.log(K), rel=1e-6)
+    np.testing.assert_allclose(np.asarray(h), math.log(K), rtol=1e-5)
+
+
+def test_deterministic_spine_step_is_the_inverse_cdf_of_the_normalised_row():
+    # a fixed law of K = 61387 entries 1/K: float32(log 1/K) rounds down, so its float32 probabilities sum to
+    # c = cdf_K = 1 - 8 * 2^-24, and the step compares u * c with the cumulative probabilities (j + 1) c / K:
+    # child floor(u K), the uniform law's inverse CDF, up to float32 roundings of at most 0.008 in u K
+    K = 61387
+    law = fixed_law(np.full(K, 1 / K))
+    tables = law.spine_tables()
+    cdf = np.asarray(tables["cdf"])
+    assert cdf[-1] == np.float32(1 - 8 * 2.0**-24)
+    # two seeds found by a search: the step's uniform (the first key of a split) times c is exactly a cdf
+    # entry; and u K has fractional part 0.986, 0.014 from the next child (dividing by c moves it 0.05)
+    seeds = jnp.array([291, 366])
+    u = np.asarray(jax.vmap(lambda s: jax.random.uniform(jax.random.split(jax.random.key(s))[0]))(seeds))
+    (j,) = np.nonzero(cdf[:-1] == u[0] * cdf[-1])[0]
+    uK = np.float64(u[1]) * K
+    assert 0.98 < uK - math.floor(uK) < 0.99
+    f = jax.jit(jax.vmap(lambda s: law.spine_step(tables, jax.random.key(s), True, True, (1.0, 2.0))))
+    _, r, _, _ = f(seeds)
+    assert int(r[0]) == j + 1  # the half-open inverse CDF: u c = cdf_j takes child j + 1
+    assert int(r[1]) == math.floor(uK)
+
+
+def test_truncated_pool_may_hold_whole_rows_up_to_one_plus_the_tolerance(tmp_path):
+    # row 0 has log-probabilities (log(1 + 1e-6), -inf): its sum is the float64 number 1 + 1e-6 itself, the
+    # largest sum allowed; row 1 is a top-2 row (sum 0.8), so the pool is truncated and row 0's entry is
+    # clipped to probability 1
+    x = math.log(1 + 1e-6)
+    assert np.exp(x) == 1 + 1e-6
+    np.savez(
+        tmp_path / "w.npz", logp=np.array([[x, -np.inf], [math.log(0.5), math.log(0.3)]]), entropy=[0, 1], m2=[0, 1]
+    )
+    pool = load_pool(str(tmp_path / "w.npz"))
+    assert pool.truncated
+    np.testing.assert_array_equal(np.asarray(pool.logp)[0], [0.0, -np.inf])
+
+
+def test_pool_rows_are_read_in_float64_whatever_the_file_holds(tmp_path):
+    # 1000 equal float32 entries (1/1000 in float32, their sum 1 + 5e-8): each is probability 1/1000, so the pool
+    # holds float32(-log 1000), entropy float32(log 1000) and m2 float32((log 1000)^2), exactly, when normalised
+    # in float64 (in float32 the normaliser's rounding moves them by ulps)
+    np.savez(tmp_path / "f.npz", probs=np.full((1, 1000), 1 / 1000, np.float32))
+    pool = load_pool(str(tmp_path / "f.npz"))
+    L = math.log(1000)
+    np.testing.assert_array_equal(np.asarray(pool.logp), np.full((1, 1000), np.float32(-L)))
+    assert pool.entropy.tolist() == [np.float32(L)] and pool.m2.tolist() == [np.float32(L * L)]
+
+
+def test_json_pool_edges(tmp_path):
+    import json
+
+    # a zero probability is -inf, with no NumPy warning; a null entry is a NaN, refused with a one-line error
+    (tmp_path / "z.json").write_text(json.dumps([[1.0, 0.0]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pool = load_pool(str(tmp_path / "z.json"))
+    np.testing.assert_array_equal(np.asarray(pool.logp), [[0.0, -np.inf]])
+    (tmp_path / "n.json").write_text("[[0.5, null]]")
+    with pytest.raises(BrwsimError, match=r"in \[0, 1\] with no NaN"):
+        load_pool(str(tmp_path / "n.json"))
 
 
 # -- the Markov law: files, states, the kernel on the child's rank
@@ -760,3 +906,69 @@ def test_dirichlet_on_two_symbols_by_hand():
     check_var(p0, 1 / 12)
     xi1, r1, h1, _ = steps(Dirichlet(V=1, alpha=1.0), n=16, need_rank=False)
     assert np.all(xi1 == 0) and np.all(r1 == 0) and np.all(h1 == 0)
+
+
+def test_markov_rows_of_a_many_row_state_then_a_one_column_truncated_pool(tmp_path):
+    # state a: a whole pool of three rows; state b: a truncated pool of two rows of one entry each. The
+    # Markov table is a's three rows, then b's two: b's rows are 3 and 4, whatever the budget b allows
+    np.savez(tmp_path / "a.npz", probs=np.array([[0.7, 0.2, 0.1], [0.2, 0.4, 0.4], [1.0, 0.0, 0.0]]))
+    np.savez(tmp_path / "b.npz", probs=np.array([[0.5], [0.25]]), entropy=np.ones(2), m2=np.ones(2))
+    m = markov_law(
+        {
+            "states": {"a": f"pool:path={tmp_path / 'a.npz'}", "b": f"pool:path={tmp_path / 'b.npz'}"},
+            "initial": "a",
+            "kernel": {"a": [[0.5, 0.5]], "b": [[0.5, 0.5]]},
+        }
+    )
+    np.testing.assert_allclose(np.exp(np.asarray(m.row_table(1))[:, 0]), [0.7, 0.4, 1.0, 0.5, 0.25], rtol=1e-6)
+    rows = np.asarray(jax.jit(jax.vmap(lambda k: jnp.stack([m.node_row(k, 0), m.node_row(k, 1)])))(keys(400, 2)))
+    assert set(np.unique(rows[:, 0])) == {0, 1, 2} and set(np.unique(rows[:, 1])) == {3, 4}
+
+
+def test_zipf_moments_and_node_tops_by_hand():
+    # V = 3, s = 1: p = (6, 3, 2) / 11 (unlike V = 2, not a permutation of p_i ~ i^(+s) = (1, 2, 3) / 6)
+    p = np.array([6, 3, 2]) / 11
+    h, m2 = Zipf(V=3, s=1.0).exact_moments()
+    assert h == pytest.approx(-(p * np.log(p)).sum(), rel=1e-12)
+    assert m2 == pytest.approx((p * np.log(p) ** 2).sum(), rel=1e-12)
+    # a random exponent: node_logp(key) is the top of the key's own distribution, p_1 / p_i = i^(s_u)
+    z = Zipf(V=3, s=1.0, s_sd=0.5)
+    k = jax.random.key(5)
+    lp = np.asarray(z.full_logp(k, 0), np.float64)
+    assert (lp[0] - lp[2]) / math.log(3) == pytest.approx((lp[0] - lp[1]) / math.log(2), rel=1e-5)
+    np.testing.assert_array_equal(np.asarray(z.node_logp(k, 0, 2)), np.float32(lp[:2]))
+    padded = np.asarray(z.node_logp(k, 0, 5))
+    assert padded.shape == (5,) and np.all(np.isneginf(padded[3:]))
+    np.testing.assert_array_equal(padded[:3], np.float32(lp))
+    # and s_u = s exp(s_sd Z) with Z the key's own standard normal draw: a seed names one tree
+    zk = float(jax.random.normal(k, ()))
+    assert abs(zk) > 0.01 and (lp[0] - lp[1]) / math.log(2) == pytest.approx(math.exp(0.5 * zk), rel=1e-5)
+    assert np.asarray(Zipf(V=3, s=1.0).node_logp(None, 0, 5)).shape == (5,)
+
+
+def test_dirichlet_unranked_spine_step_reports_the_exact_moments():
+    # V = 3, alpha = 1 (A = 3): mu = psi(4) - psi(2) = 1/2 + 1/3 = 5/6 and
+    # mu_2 = mu^2 + psi'(2) - psi'(4) = 25/36 + 1/4 + 1/9 = 19/18 (docs/theory.md, "Moments"); an unranked step
+    # reports these means as its H and M2
+    law = Dirichlet(V=3, alpha=1.0)
+    assert law.exact_moments() == pytest.approx((5 / 6, 19 / 18), rel=1e-12)
+    _, r, h, m2 = steps(law, n=16, need_rank=False)
+    np.testing.assert_allclose(h, 5 / 6, rtol=1e-6)
+    np.testing.assert_allclose(m2, 19 / 18, rtol=1e-6)
+    assert np.all(r == 0)
+
+
+def test_markov_kernel_and_initial_law_are_float64_exps_of_their_float32_logs(tmp_path):
+    # the law keeps float32 log-probabilities; its kernel and initial law are their exps in float64 (an exp in
+    # float32 is a different number, e.g. for 0.2 and 0.75)
+    m = _markov(tmp_path)
+
+    def f64(p):
+        with np.errstate(divide="ignore"):
+            return np.exp(np.float64(np.float32(np.log(np.array(p, np.float64)))))
+
+    got = m.initial_probs()
+    assert got.dtype == np.float64 and np.array_equal(got, f64([0.25, 0.75]))
+    K = m.state_kernel()
+    want = f64([[[1, 0], [0.2, 0.8], [0, 1]], [[0.6, 0.4]] * 3])
+    assert K.dtype == np.float64 and np.array_equal(K, want)

@@ -4,6 +4,7 @@
     python tools/mutation_check.py clusters [--before]      # plausible mistakes vs the exact tests (CLUSTERS)
     python tools/mutation_check.py mutmut MODULE [--before]  # mutmut on one core module (docs/testing.md)
     python tools/mutation_check.py mutmut-recheck MODULE     # its survivors again, with today's exact tests
+    python tools/mutation_check.py mutmut-sample MODULE N [SEED]  # N random mutants not yet checked
 
 MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
 copies the working tree (brwsim/, tests/, pyproject.toml) to a scratch
@@ -26,6 +27,7 @@ the suite). The worktree is removed at the end.
 import glob
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -187,19 +189,68 @@ def _scratch(module: str, before: bool) -> str:
     return os.path.join(tempfile.gettempdir(), f"brwsim-mutmut-{module}{'-before' if before else ''}")
 
 
-def recheck_mutmut(module: str) -> int:
-    """Re-run the survivors, timeouts and mutants no test reached of an earlier ``mutmut MODULE`` with today's tests."""
+NOT_KILLED = (0, 5, 33, 36, 24, -24, 152, 255)  # mutmut's exit codes for survived, no tests, timeout
+
+
+def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0) -> int:
+    """Re-run the survivors, timeouts and mutants no test reached of an earlier ``mutmut MODULE`` with today's tests
+    (the mutants that run never got to stay unchecked).
+
+    ``sample``: instead, run a uniform random sample (``seed``) of that many of the mutants never checked (the
+    rest stay unchecked, earlier results stand); the names go to ``sample.txt`` in the scratch copy.
+    """
     dst = _scratch(module, False)
+    _sync(dst)
     for t in EXACT:
         for d in (dst, os.path.join(dst, "mutants")):
             shutil.copy(os.path.join(SRC, t), os.path.join(d, t))
+    rerun, unchecked = [], []
     for meta in glob.glob(os.path.join(dst, "mutants", "**", "*.meta"), recursive=True):
         data = json.load(open(meta))
         codes = data["exit_code_by_key"]
         for k, v in codes.items():
-            codes[k] = None if v in (0, 5, 33, 36, 24, -24, 152, 255) else v  # survived, no tests, timeout
+            if v is None:
+                unchecked.append(k)
+            elif v in NOT_KILLED and sample is None:
+                rerun.append(k)
+                codes[k] = None
         json.dump(data, open(meta, "w"), indent=4)
-    return _mutmut_in(dst, module, EXACT, time.time())
+    names = None
+    if sample is not None:
+        picked = sorted(random.Random(seed).sample(sorted(unchecked), min(sample, len(unchecked))))
+        with open(os.path.join(dst, "sample.txt"), "a") as f:
+            f.writelines(n + "\n" for n in picked)
+        names = picked
+        print(f"{module}: {len(picked)} of {len(unchecked)} unchecked mutants, drawn with seed {seed}")
+    else:  # the mutants not checked yet stay so (a plain `mutmut run` in the scratch copy goes on with them)
+        names = sorted(rerun)
+        print(f"{module}: {len(rerun)} survivors, timeouts and mutants no test reached, again")
+    if not names:
+        return 0
+    return _mutmut_in(dst, module, EXACT, time.time(), names)
+
+
+def _sync(dst: str) -> None:
+    """Bring a scratch copy's source up to today's: each file that differs is copied (a newer mtime), so that
+    mutmut regenerates that file's mutants and forgets the results of exactly the functions whose text changed
+    (it keeps a hash per function); files that are the same keep their mtime and their results."""
+    for d in ("brwsim", "examples"):
+        for src in glob.glob(os.path.join(SRC, d, "**", "*"), recursive=True):
+            if os.path.isdir(src) or "__pycache__" in src or src.endswith(".so"):
+                continue
+            rel = os.path.relpath(src, SRC)
+            old = os.path.join(dst, rel)
+            if not os.path.exists(old) or open(src, "rb").read() != open(old, "rb").read():
+                os.makedirs(os.path.dirname(old), exist_ok=True)
+                shutil.copyfile(src, old)
+    path = os.path.join(dst, "pyproject.toml")
+    text = open(path).read()
+    text = re.sub(
+        r"pytest_add_cli_args_test_selection = \[[^\]]*\]",
+        f"pytest_add_cli_args_test_selection = {_toml_list(EXACT)}",
+        text,
+    )
+    open(path, "w").write(text)
 
 
 def run_mutmut(module: str, before: bool) -> int:
@@ -223,11 +274,11 @@ def run_mutmut(module: str, before: bool) -> int:
     return _mutmut_in(dst, module + (" (before)" if before else ""), tests, time.time())
 
 
-def _mutmut_in(dst: str, what: str, tests, t0: float) -> int:
+def _mutmut_in(dst: str, what: str, tests, t0: float, names=None) -> int:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutants/ must be the brwsim imported
     env["JAX_PLATFORMS"] = "cpu"
     mutmut = [sys.executable, "-m", "mutmut"]
-    subprocess.run(["nice", "-n", "15", *mutmut, "run", "--max-children", "1"], cwd=dst, env=env)
+    subprocess.run(["nice", "-n", "15", *mutmut, "run", "--max-children", "1", *(names or [])], cwd=dst, env=env)
     out = subprocess.run([*mutmut, "results", "--all", "true"], cwd=dst, env=env, capture_output=True, text=True)
     counts: dict[str, int] = {}
     for line in out.stdout.splitlines():
@@ -241,6 +292,8 @@ def _mutmut_in(dst: str, what: str, tests, t0: float) -> int:
 def main() -> int:
     if sys.argv[1:2] == ["mutmut-recheck"]:
         return recheck_mutmut(sys.argv[2])
+    if sys.argv[1:2] == ["mutmut-sample"]:  # MODULE N [SEED]
+        return recheck_mutmut(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if sys.argv[4:] else 0)
     if sys.argv[1:2] == ["mutmut"]:
         return run_mutmut(sys.argv[2], "--before" in sys.argv[3:])
     if sys.argv[1:2] == ["clusters"]:  # --before: against the module's own tests instead of its exact tests
