@@ -12,6 +12,7 @@ law's own node distributions, float64 path sums), with some entries per node not
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,7 @@ from brwsim.oracle import (
     _batch,
     _frontier,
     _records,
+    best_first_one,
     default_batch,
     frontier_shape,
     keep_entries,
@@ -40,6 +42,7 @@ from brwsim.tree import (
     DraftTree,
     child_node,
     child_of,
+    dist_key,
     empty_tree,
     prefix_values,
     record_node,
@@ -85,11 +88,11 @@ def test_brute_force_maxima_are_the_hand_values():
     assert [best_prefix_closed(P3, n) for n in range(1, 7)] == pytest.approx(want, rel=1e-12)
 
 
-@pytest.mark.parametrize("how", ["reference", "kernel", "inside jit", "rbg keys"])
+@pytest.mark.parametrize("how", ["reference", "kernel", "inside jit", "rbg keys", "reference rbg keys"])
 def test_oracle_tree_by_hand(how):
     law, P = fixed_law(P3), 9
-    keys = jax.random.split(jax.random.key(5, impl="rbg" if how == "rbg keys" else None), 2)
-    if how == "reference":
+    keys = jax.random.split(jax.random.key(5, impl="rbg" if "rbg" in how else None), 2)
+    if how.startswith("reference"):  # rbg: the search rewraps each node's four key words as an rbg key
         t = fields(jax.jit(lambda k: oracle_one(law, k, P, 3))(keys[1]))
     elif how in ("kernel", "rbg keys"):  # rbg: four key words, folded by jax.random.fold_in
         t = fields(oracle_batch(law, keys, P, 3, kernel="jax"), 1)
@@ -139,27 +142,30 @@ def test_ties_go_breadth_first_to_the_earlier_parent(how, P):
 
 
 def realised_best(law, tree_key, P, K):
-    """The P nodes of largest P(v) of a realised i.i.d. tree: (float64 log P, rank path), largest first.
+    """The P nodes of largest P(v) of a realised tree: (float64 log P, rank path), largest first.
 
     Every node is expanded whose P(v) is not below the P-th best found so far (its descendants are no larger);
-    node u has distribution ``law.node_logp(fold_in(k_u, 0), 0, K)`` and child keys ``fold_in(k_u, 2 + rank)``.
+    node u with key k_u and state s_u has distribution ``law.node_logp(fold_in(k_u, 0), s_u, K)`` and child
+    keys ``fold_in(k_u, 2 + rank)``; the root's state is ``law.init_state(fold_in(k_root, 1))``, the state of a
+    child with key k ``law.child_state(fold_in(k, 1), s_u, rank)`` (0 throughout for an i.i.d. law).
     """
-    node = jax.jit(
-        lambda k: (
-            law.node_logp(jax.random.fold_in(k, 0), 0, K),
-            jax.vmap(lambda r: jax.random.fold_in(k, 2 + r))(jnp.arange(K)),
-        )
-    )
-    nodes, level = [], [((), tree_key, 0.0)]
+
+    def node(k, s):
+        kids = jax.vmap(lambda r: jax.random.fold_in(k, 2 + r))(jnp.arange(K))
+        states = jax.vmap(lambda kc, r: law.child_state(jax.random.fold_in(kc, 1), s, r))(kids, jnp.arange(K))
+        return law.node_logp(jax.random.fold_in(k, 0), s, K), kids, states
+
+    node = jax.jit(node)
+    nodes, level = [], [((), tree_key, law.init_state(jax.random.fold_in(tree_key, 1)), 0.0)]
     for _ in range(P):
         nxt = []
-        for path, k, lp in level:
-            d, kids = node(k)
+        for path, k, s, lp in level:
+            d, kids, states = node(k, s)
             d = np.asarray(d, np.float64)
-            nxt += [(path + (r,), kids[r], lp + d[r]) for r in range(K) if np.isfinite(d[r])]
-        nodes += [(lp, path) for path, _, lp in nxt]
+            nxt += [(path + (r,), kids[r], states[r], lp + d[r]) for r in range(K) if np.isfinite(d[r])]
+        nodes += [(x[3], x[0]) for x in nxt]
         cut = sorted(lp for lp, _ in nodes)[-P] if len(nodes) >= P else -np.inf
-        level = [x for x in nxt if x[2] >= cut]
+        level = [x for x in nxt if x[3] >= cut]
     return sorted(nodes, reverse=True)[:P]
 
 
@@ -173,6 +179,66 @@ def drawn():
     return law, keys, [realised_best(law, k, 5, 5) for k in keys]
 
 
+def test_reference_oracle_on_drawn_and_markov_laws(drawn):
+    law, keys, best = drawn
+    for k, b in zip(keys, best, strict=True):
+        t = fields(jax.jit(lambda k: oracle_one(law, k, 5, 5))(k))
+        assert paths_of(t) == [path for _, path in b]
+        np.testing.assert_allclose(t["logP"], [lp for lp, _ in b], rtol=1e-5)
+    # states a: (1/2, 1/2), b: (0.8, 0.2); a's rank-0 child in b, rank-1 child in a; b's children in a.
+    # Best 4 nodes: (0) 1/2 [b], (1) 1/2 [a], (0, 0) 0.4 [a], (1, 0) 1/4 [b] (ties to the smaller rank)
+    m = markov_law({"states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.8/0.2"}, "initial": "a",
+                    "kernel": {"a": [[0.0, 1.0], [1.0, 0.0]], "b": [[1.0, 0.0]]}})  # fmt: skip
+    t = fields(jax.jit(lambda k: oracle_one(m, k, 4, 2))(jax.random.key(2)))
+    assert paths_of(t) == [(0,), (1,), (0, 0), (1, 0)]
+    np.testing.assert_allclose(np.exp(t["logP"]), [0.5, 0.5, 0.4, 0.25], rtol=1e-6)
+    np.testing.assert_array_equal(t["state"], [1, 0, 0, 1])
+
+
+def test_reference_oracle_follows_a_chain_from_the_initial_state():
+    # states a: (1/2, 1/2), b: (0.9, 0.1); every child stays in its parent's state; the root starts in b (state 1).
+    # So every node is in b and T*_4 is the chain of rank-0 children, P(v) = 0.9^depth (the next node, (1,), has
+    # 0.1 < 0.9^4): each node is the previous one's child, and its distribution is b's.
+    m = markov_law({"states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.9/0.1"}, "initial": "b",
+                    "kernel": {"a": [[1.0, 0.0]], "b": [[0.0, 1.0]]}})  # fmt: skip
+    t = fields(jax.jit(lambda k: oracle_one(m, k, 4, 2))(jax.random.key(3)))
+    assert paths_of(t) == [(0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)]
+    np.testing.assert_array_equal(t["parent"], [-1, 0, 1, 2])
+    np.testing.assert_array_equal(t["depth"], [1, 2, 3, 4])
+    np.testing.assert_array_equal(t["state"], 1)
+    np.testing.assert_allclose(np.exp(t["logP"]), [0.9, 0.81, 0.729, 0.6561], rtol=1e-6)
+
+
+def test_best_first_search_takes_no_node_of_score_minus_infinity():
+    # states a: (1/2, 1/2) (the root's), b: (0.8, 0.2); a's rank-0 child is in b. Score table: in a, (1, 0) (log 0,
+    # -inf); in b, nothing (-inf, -inf). Only the root's rank-0 child has a finite score, so T_3 is that one node
+    # (P(v) = 1/2, state b) and two unused slots (logP -inf), though the target gives every other node P(v) > 0.
+    m = markov_law({"states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.8/0.2"}, "initial": "a",
+                    "kernel": {"a": [[0.0, 1.0], [1.0, 0.0]], "b": [[1.0, 0.0]]}})  # fmt: skip
+
+    def table(k, s):
+        q = jnp.where(s == 0, jnp.float32([0.0, -np.inf]), jnp.float32([-np.inf, -np.inf]))
+        return q, m.node_logp(dist_key(k), s, 2), jnp.arange(2, dtype=jnp.int32)
+
+    t = fields(jax.jit(lambda k: best_first_one(m, k, 3, 2, table))(jax.random.key(2)))
+    np.testing.assert_allclose(np.exp(t["logP"]), [0.5, 0.0, 0.0], rtol=1e-6)
+    assert t["logP"][1] == t["logP"][2] == -np.inf
+    assert (t["parent"][0], t["rank"][0], t["depth"][0], t["state"][0]) == (-1, 0, 1, 1)
+
+
+def test_kernel_on_a_markov_law_of_drawn_laws():
+    # two drawn states (Dirichlet, alpha 0.5 and 5), each child's state drawn 1/2 : 1/2 from its own key: the
+    # kernel's trees are the P nodes of largest P(v) of the realised trees, states followed node by node
+    m = markov_law({"states": {"a": DIRICHLET, "b": "dirichlet:V=6,alpha=5"}, "initial": {"a": 0.5, "b": 0.5},
+                    "kernel": {"a": [[0.5, 0.5]], "b": [[0.5, 0.5]]}})  # fmt: skip
+    keys = jax.random.split(jax.random.key(12), 2)
+    t = oracle_batch(m, keys, 5, 5, kernel="jax")
+    for i, k in enumerate(keys):
+        best = realised_best(m, k, 5, 5)
+        assert paths_of(fields(t, i)) == [path for _, path in best]
+        np.testing.assert_allclose(np.asarray(t.logP[i]), [lp for lp, _ in best], rtol=1e-5)
+
+
 def test_drawn_law_with_entries_left_out_is_rerun_exactly(drawn):
     law, keys, best = drawn
     # the example needs the reruns: every tree takes some node's second child, which one kept entry misses
@@ -183,6 +249,54 @@ def test_drawn_law_with_entries_left_out_is_rerun_exactly(drawn):
         assert paths_of(ti) == [path for _, path in b]
         np.testing.assert_allclose(ti["logP"], [lp for lp, _ in b], rtol=1e-5)
         np.testing.assert_array_equal(ti["depth"], [len(path) for _, path in b])
+
+
+def test_bound_on_the_children_left_out(drawn, monkeypatch):
+    # 2 entries kept a node: the first call's trees are the best 5 nodes among ranks 0 and 1 (brute force with
+    # K = 2). A node whose rank-1 child was taken has its kept children used up; any child it did not keep has
+    # P(v) <= P(parent) min(p[1], 1 - p[0] - p[1] + slack), slack = 2e-6 + 2.4e-7 (V + 2) (tail_bound), and
+    # `dropped` is the largest such bound of the tree (-inf if none), in logs.
+    law, keys, _ = drawn
+    seen, run = [], _batch._run
+    monkeypatch.setattr(_batch, "_run", lambda *a, **kw: seen.append(run(*a, **kw)) or seen[-1])
+    oracle_batch(law, keys, 5, 5, K_keep=2, kernel="jax")
+    slack = 2e-6 + 2.4e-7 * (6 + 2)
+    want = []
+    for k in keys:
+        lp = {path: x for x, path in realised_best(law, k, 5, 2)} | {(): 0.0}
+        b = [lp[q[:-1]] + min(lp[q] - lp[q[:-1]], L(max(1 - sum(math.exp(lp[q[:-1] + (i,)] - lp[q[:-1]])
+                                                                for i in (0, 1)), 0) + slack))
+             for q in lp if q and q[-1] == 1]  # fmt: skip
+        want.append(max(b, default=-np.inf))
+    assert np.isfinite(want).sum() >= 2  # the example has bounds to check
+    np.testing.assert_allclose(np.asarray(seen[0][1]), want, rtol=1e-5)
+
+
+def test_rerun_when_a_left_out_child_ties_the_last_node():
+    # A law that is not indexed (a Markov law with a drawn state b, never entered) whose every node has
+    # p = (0.5, 0.25, 0.25), 2 entries kept: the first call finds (0) 1/2, (1) 1/4, (0, 0) 1/4, and bounds the
+    # root's third child by min(0.25, 0.25 + slack) = 1/4, equal (in float32: log 1/4 = 2 log 1/2) to the last
+    # node. The tie must be rerun: (2) 1/4 is the root's, taken before node (0), so T*_3 is (0), (1), (2).
+    m = markov_law({"states": {"a": "fixed:probs=0.5/0.25/0.25", "b": "dirichlet:V=3,alpha=1"}, "initial": "a",
+                    "kernel": {"a": [[1.0, 0.0]], "b": [[0.0, 1.0]]}})  # fmt: skip
+    assert not m.indexed
+    t = oracle_batch(m, jax.random.split(jax.random.key(0), 2), 3, 3, K_keep=2, kernel="jax")
+    for i in range(2):
+        assert paths_of(fields(t, i)) == [(0,), (1,), (2,)]
+        np.testing.assert_allclose(np.exp(np.asarray(t.logP[i])), [0.5, 0.25, 0.25], rtol=1e-6)
+
+
+def test_kernel_split_over_a_tuple_of_devices():
+    # the path of a call over several devices, here the one CPU device: T*_9 of p = (0.5, 0.3, 0.2) by hand, and
+    # its buffers kept under that tuple of devices
+    _batch.clear_caches()
+    devs, keys = (jax.devices()[0],), jax.random.split(jax.random.key(5), 2)
+    tree, _ = _batch._run(fixed_law(P3), keys, 3, P=9, K=3, shape=frontier_shape(10), devs=devs, traced=False)
+    t = fields(tree, 1)
+    assert paths_of(t) == paths_of({"parent": np.int32([x[0] for x in HAND9]), "rank": np.int32([x[1] for x in HAND9])})
+    np.testing.assert_allclose(np.exp(t["logP"]), [x[3] for x in HAND9], rtol=1e-6)
+    assert [tag[-1] for tag in _batch._SCRATCH] == [devs]
+    _batch.clear_caches()
 
 
 def test_drawn_law_one_tree(drawn):
@@ -199,6 +313,51 @@ def test_rerun_that_cannot_fit_is_one_line_error(drawn, monkeypatch):
     monkeypatch.setattr(_batch, "available_memory", lambda: 1000)
     with pytest.raises(BrwsimError, match=r"P=5: to stay exact, some nodes of these trees need their 4 largest"):
         oracle_batch(law, keys, 5, 5, K_keep=1, kernel="jax")
+
+
+def test_reruns_go_in_batches_of_no_more_memory(monkeypatch):
+    # _rerun with a stand-in kernel that records its calls and answers a one-field tree = the tree's key (keys 10, 20,
+    # ...): the trees `bad` are rerun keeping `wider` entries, each batch has b trees, b a multiple of the devices
+    # n and at least 2 n, b wider <= B Kc (the first call's node tables), and 0.8 of the available memory holding
+    # b trees of oracle_memory_at(law, 5, 4) = (76 + 4 * 4 + 4) * 6 + 16 * 6 = 672 bytes; the last batch is padded
+    # with the first bad tree, whose copy is not kept. Every other tree is left as it was (zeros).
+    law, calls = parse_law(DIRICHLET), []
+
+    def run(keys, wider):
+        calls.append((np.asarray(keys).tolist(), wider))
+        return (keys,), keys.astype(jnp.float32)  # a one-field tree: _rerun maps over any pytree
+
+    def rerun(B, Kc, bad, n_dev, avail):
+        calls.clear()
+        monkeypatch.setattr(_batch, "available_memory", lambda: avail)
+        keys = 10 * jnp.arange(1, B + 1, dtype=jnp.int32)
+        (t,), d = _batch._rerun(
+            run, law, keys, (jnp.zeros(B, jnp.int32),), jnp.zeros(B), np.array(bad), 5, Kc, 4, n_dev
+        )
+        want = np.zeros(B, np.int64)
+        want[bad] = 10 * (np.array(bad) + 1)
+        np.testing.assert_array_equal(np.asarray(t), want)
+        np.testing.assert_array_equal(np.asarray(d), want)
+        assert all(w == 4 for _, w in calls)
+        return [k for k, _ in calls]
+
+    # memory unknown: b = 12 * 1 // 4 = 3; five trees, padded to six with tree 0 (key 10)
+    assert rerun(12, 1, [0, 2, 5, 7, 11], 1, None) == [[10, 30, 60], [80, 120, 10]]
+    # 2 devices, 3 entries kept: b = 12 * 3 // 4 = 9 -> 8 (a multiple of 2), but 0.8 * 6000 = 4800 bytes hold 7
+    # trees (7 * 672 = 4704), so b = 6; seven trees, padded to twelve
+    assert rerun(12, 3, [1, 3, 4, 8, 9, 10, 11], 2, 6000) == [[20, 40, 50, 90, 100, 110], [120] + [20] * 5]
+    # b = 12 // 4 = 3, but 0.8 * 1680 = 1344 bytes hold exactly 2 trees, the least allowed: b = 2, no error
+    assert rerun(12, 1, [0, 1, 2], 1, 1680) == [[10, 20], [30, 10]]
+    # 2 trees of 96 * 14322915 + 160 = 1.375e9 bytes (dirichlet V = 10, P = 14322914) do not fit 0.8 * 2.375e9
+    # bytes: a one-line error, sizes to three digits (round half to even: 1.375 -> 1.38, 2.375 -> 2.38)
+    big = parse_law("dirichlet:V=10,alpha=0.5")
+    assert _batch.oracle_memory_at(big, 14_322_914, 4) == 1_375_000_000
+    monkeypatch.setattr(_batch, "available_memory", lambda: 2_375_000_000)
+    calls.clear()
+    msg = "P=14322914: to stay exact, some nodes of these trees need their 4 largest entries, 1.38 GB a tree, "
+    with pytest.raises(BrwsimError, match=re.escape(msg + "more than the 2.38 GB available allow; lower P")):
+        _batch._rerun(run, big, jnp.arange(4), None, None, np.array([0]), 14_322_914, 1, 4, 1)
+    assert not calls
 
 
 @pytest.mark.parametrize("P,K", [(0, 3), (3, 0)])
@@ -229,6 +388,8 @@ def test_memory_and_batch_by_hand():
     assert oracle_memory(drawn_law, 9) == (76 + 4 * 6) * 10 + 16 * 6
     assert default_batch(drawn_law, 100_000, hot=2**40, budget=10 * oracle_memory(drawn_law, 100_000)) == 10
     assert _batch.oracle_memory_at(drawn_law, 9, 2, 6) == (76 + 8 + 4) * 10 + 96
+    # K = 3 given: all 3 entries kept, no bound bytes (a K taken from the vocabulary would keep 6 or add a bound)
+    assert oracle_memory(drawn_law, 9, 3) == (76 + 4 * 3) * 10 + 16 * 6
     # P = 10^5, K = 1000: 16 MiB of table keeps 41 entries a row, so 32 (a power of two) and 4 bytes of bound
     assert oracle_memory(parse_law("dirichlet:V=1000,alpha=0.5"), 100_000) == (76 + 4 * 32 + 4) * 100_001 + 16_000
     # P = 9 on p = (0.5, 0.3, 0.2): 808 bytes of records a tree (76 a slot, 16 a token); hot bytes give the batch
@@ -250,6 +411,10 @@ def test_tail_bound_by_hand():
     # sum of 100 terms (at most 100 x 6e-8), and stays small
     b = np.exp(np.asarray(tail_bound(jnp.log(jnp.float32([[0.5, 0.5]])), 100), np.float64))
     assert 1e-6 + 100 * 6e-8 <= b[0] <= 1e-4
+    # one row (no batch axis) of all 100 tokens kept, 0.01 each: nothing left, and the margin covers 1e-6 and the
+    # rounding of two float32 sums of 100 terms (the law's normalisation and the kept entries' sum)
+    b = float(np.exp(np.float64(tail_bound(jnp.log(jnp.full(100, 0.01, jnp.float32)), 100))))
+    assert 1e-6 + 200 * 6e-8 <= b <= 1e-4
 
 
 def test_frontier_shape_rule():
@@ -319,9 +484,24 @@ def test_records_layout_round_trip():
     assert _records.as_i32(jnp.float32(1.0)) == 0x3F800000 and _records.as_i32(jnp.uint32(2**31)) == -(2**31)
 
 
+def test_scratch_buffers_split_over_devices():
+    # the buffers of a call over several devices (here a tuple of the one CPU device): zeroed records [S, B, width]
+    # (int32) and a drawn law's node table [S, B, Kc] (float32), or the records alone for an indexed law
+    _batch.clear_caches()
+    devs = (jax.devices()[0],)
+    rec, tab = _batch._take_scratch((4, 2, 8, 3, devs))
+    assert (rec.shape, rec.dtype, tab.shape, tab.dtype) == ((4, 2, 8), jnp.int32, (4, 2, 3), jnp.float32)
+    assert not np.asarray(rec).any() and not np.asarray(tab).any()
+    (rec,) = _batch._take_scratch((4, 2, 8, None, devs))
+    assert rec.shape == (4, 2, 8) and not np.asarray(rec).any()
+
+
 def test_tree_values_and_records_by_hand():
     t = empty_tree(3, jax.random.key_data(jax.random.key(0)))
     assert t.key.shape == (3, 2) and t.key.dtype == jnp.uint32
+    # int32 fields and float32 log P, strongly typed (a weakly typed field would take the dtype of what it meets)
+    assert [x.dtype for x in t[:5]] == [jnp.int32, jnp.int32, jnp.float32, jnp.int32, jnp.int32]
+    assert not any(x.weak_type for x in t)
     np.testing.assert_array_equal(np.asarray(t.parent), -1)
     np.testing.assert_array_equal(np.asarray(t.logP), -np.inf)
     for f in ("depth", "rank", "state"):
@@ -362,6 +542,20 @@ def test_root_and_child_nodes():
     np.testing.assert_allclose(np.exp(np.asarray(db)), [0.6, 0.4], rtol=1e-6)
 
 
+def test_root_and_child_nodes_of_a_drawn_law():
+    # a drawn law: node u's distribution is law.node_logp(fold_in(k_u, 0), 0, K), and its rank-i child's key is
+    # fold_in(k_u, 2 + i) (as in realised_best); two nodes' distributions differ
+    law, k = parse_law(DIRICHLET), jax.random.key(3)
+    s0, d0 = root_node(law, k, 5)
+    assert int(s0) == 0
+    np.testing.assert_array_equal(np.asarray(d0), np.asarray(law.node_logp(jax.random.fold_in(k, 0), 0, 5)))
+    kn, sn, dn = child_node(law, k, s0, 1, 5)
+    kc = jax.random.fold_in(k, 3)
+    np.testing.assert_array_equal(jax.random.key_data(kn), jax.random.key_data(kc))
+    np.testing.assert_array_equal(np.asarray(dn), np.asarray(law.node_logp(jax.random.fold_in(kc, 0), 0, 5)))
+    assert int(sn) == 0 and not np.allclose(np.asarray(dn), np.asarray(d0))
+
+
 def _tree(parent, rank, logP):
     n = len(parent)
     return DraftTree(
@@ -386,6 +580,39 @@ def test_sampled_continuation():
     for v, want in enumerate([0.5, 0.25, 0.125, 0.125]):
         f = np.mean(x[128:] == v)
         assert abs(f - want) <= 4 * math.sqrt(want * (1 - want) / n), (v, f)
+
+
+def test_sampled_continuation_follows_the_markov_states():
+    # states a: p = (1/2, 1/2), b: p = (0.8, 0.2); a's rank-0 child is in b, its rank-1 child in a; b's children
+    # in a. Tree: both root children, the rank-1 child of the root's rank-1 child (a, then a: 1/2 * 1/2), the
+    # rank-1 child of the root's rank-0 child (b: 1/2 * 0.2). So L is 1 or 2, P(L = 2) = 0.25 + 0.1 = 0.35.
+    m = markov_law({"states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.8/0.2"}, "initial": "a",
+                    "kernel": {"a": [[0.0, 1.0], [1.0, 0.0]], "b": [[1.0, 0.0]]}})  # fmt: skip
+    n = 4000
+    t = _tree([-1, -1, 1, 0], [0, 1, 1, 1], [L(0.5), L(0.5), L(0.25), L(0.1)])
+    trees = jax.tree.map(lambda x: jnp.repeat(x[None], n, axis=0), t)
+    x = np.asarray(sample_accepted_batch(m, jax.random.split(jax.random.key(9), n), trees,
+                                         jax.random.split(jax.random.key(1), n), 2))  # fmt: skip
+    assert set(np.unique(x)) <= {1, 2}
+    f = np.mean(x == 2)
+    assert abs(f - 0.35) <= 4 * math.sqrt(0.35 * 0.65 / n), f
+
+
+def test_sampled_continuation_counts_only_used_children_of_the_current_node():
+    # p = (0.5, 0.3, 0.2), K = 1: each step draws rank 0 (the kept entry) or the tail outcome, 1/2 each.
+    # Two slots: the root's rank-0 child, and that node's rank-0 child (never used). With both slots unused,
+    # no walk enters the tree: L = 0. With the first slot used, L = 1 when the root's draw is rank 0 (1/2), and
+    # the walk stops at that node whatever it draws: L <= 1. 2000 walks: 4 standard errors of the frequency are
+    # 4 sqrt(1/4 / 2000) = 0.045.
+    law, n = fixed_law(P3), 2000
+    used = _tree([-1, 0], [0, 0], [L(0.5), -np.inf])
+    unused = used._replace(logP=used.logP.at[0].set(-jnp.inf))
+    tree_keys, walk_keys = jax.random.split(jax.random.key(9), n), jax.random.split(jax.random.key(4), n)
+    for t, want in [(unused, 0.0), (used, 0.5)]:
+        x = np.asarray(sample_accepted_batch(law, tree_keys, jax.tree.map(lambda a: jnp.repeat(a[None], n, 0), t),
+                                             walk_keys, 1))  # fmt: skip
+        assert x.min() >= 0 and x.max() <= (1 if want else 0), np.unique(x)
+        assert abs(np.mean(x == 1) - want) <= 4 * math.sqrt(0.25 / n), np.mean(x == 1)
 
 
 def test_buffers_kept_between_calls_change_nothing():
