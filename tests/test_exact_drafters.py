@@ -49,7 +49,7 @@ from brwsim.drafters import (
     tree_arrays,
 )
 from brwsim.errors import BrwsimError
-from brwsim.laws import fixed_law, parse_law
+from brwsim.laws import fixed_law, markov_law, parse_law
 from brwsim.testing import table_law
 
 _register = registrar({})
@@ -99,6 +99,32 @@ def test_chain_follows_the_drafter():
     np.testing.assert_array_equal(t["depth"], [1, 2, 3])
     np.testing.assert_array_equal(t["rank"], [2, 2, 2])
     np.testing.assert_allclose(t["logP"], [L(0.2), 2 * L(0.2), 3 * L(0.2)], rtol=1e-6)
+
+
+def markov_ab():
+    """States a: (0.6, 0.4), b: (0.9, 0.1); the root is in a; a's rank-0 child is in a, its rank-1 child in b;
+    b's children are in a (every transition certain)."""
+    return markov_law({"states": {"a": "fixed:probs=0.6/0.4", "b": "fixed:probs=0.9/0.1"}, "initial": "a",
+                       "kernel": {"a": [[1.0, 0.0], [0.0, 1.0]], "b": [[1.0, 0.0]]}})  # fmt: skip
+
+
+def test_chain_carries_each_node_state_and_key():
+    # Reverse takes the target's rank 1 everywhere (q = (0.4, 0.6) in a, (0.1, 0.9) in b), so the chain goes
+    # a -> b -> a -> b: P(v) = 0.4, 0.4 * 0.1, 0.4 * 0.1 * 0.4 and states b, a, b.
+    k0 = jax.random.key(4)
+    t = jax.jit(lambda k: chain_one(markov_ab(), Reverse(), k, 3))(k0)
+    np.testing.assert_array_equal(t.rank, [1, 1, 1])
+    np.testing.assert_array_equal(t.state, [1, 0, 1])
+    np.testing.assert_allclose(np.exp(np.asarray(t.logP)), [0.4, 0.04, 0.016], rtol=1e-6)
+    # node keys: each the parent's key folded with 2 + target rank (docs/theory.md, "Node keys")
+    k1 = jax.random.fold_in(k0, 3)
+    k2 = jax.random.fold_in(k1, 3)
+    want = [jax.random.key_data(k) for k in (k1, k2, jax.random.fold_in(k2, 3))]
+    np.testing.assert_array_equal(t.key, np.stack(want))
+    # a one-token vocabulary: the chain is that token P times, each with P(v) = 1
+    t = tree(jax.jit(lambda k: chain_one(fixed_law([1.0]), Reverse(), k, 3))(k0))
+    np.testing.assert_array_equal(t["rank"], [0, 0, 0])
+    np.testing.assert_array_equal(t["logP"], [0, 0, 0])
 
 
 def test_topq_takes_the_largest_drafter_path_probabilities():
@@ -158,6 +184,18 @@ def test_mixture_puts_w_on_one_uniformly_placed_token():
     for t in range(4):
         f = np.mean(where == t)
         assert abs(f - 0.25) <= 4 * math.sqrt(0.25 * 0.75 / n)
+
+
+def test_mixture_of_two_point_masses_is_log_one_and_eagle_keeps_its_tree_whole():
+    # p = (1) and a second law (1): q = (1 - w) + w = 1 exactly, so log q = 0; in float32 log1p(-w) and log w
+    # summed by logaddexp round above 0 for some w (0.07, 0.29, 0.6), which let a child outscore its parent
+    for w in (0.07, 0.29, 0.6):
+        mix = Mix(w=w, law=fixed_law([1.0]))
+        assert float(mix.logq(jax.random.key(0), jnp.zeros(1))[0]) == 0.0
+        # EAGLE with P = 1, top_k = 1, depth 2: the one node is the root's child (depth 1, parent -1)
+        t = tree(jax.jit(lambda k, mix=mix: eagle_one(fixed_law([1.0]), mix, k, 1, 1, 2))(jax.random.key(0)))
+        np.testing.assert_array_equal(t["parent"], [-1])
+        np.testing.assert_array_equal(t["depth"], [1])
 
 
 def test_divergences_by_hand():
@@ -249,6 +287,25 @@ def test_greedy_tree_and_brute_force_by_hand():
     assert brute_force_best(A_MIXED, 0) == 0.0
 
 
+def test_greedy_tree_and_brute_force_compute_in_float64():
+    # float32 rates (0.6f is not 0.6): the value is the float64 sum of the five largest products of those rates
+    # (.6, .36, .3, .216, .18), not a float32 sum (off by about 2e-8 relative)
+    a = np.float32([0.6, 0.3, 0.1])
+    b = a.astype(np.float64)
+    want = b[0] + b[1] + b[0] ** 2 + b[0] * b[1] + b[0] ** 3
+    g = greedy_tree(a, 5)[0]
+    assert isinstance(g, float) and g == pytest.approx(want, rel=1e-14)
+    v = brute_force_best(a, 5)
+    assert isinstance(v, float) and v == pytest.approx(want, rel=1e-14)
+
+
+def test_greedy_tree_breaks_rate_ties_to_the_smaller_rank():
+    # ranks 2 and 3 share the largest rate: the one-node tree is rank 2 (ties to the smaller rank, as rank_of);
+    # numpy's default (unstable) sort of these rates puts rank 3 first
+    assert greedy_tree([0.25, 0.25, 0.5, 0.5], 1) == (0.5, [(2,)])
+    assert greedy_tree([0.25, 0.25, 0.5, 0.5], 2) == (1.0, [(2,), (3,)])
+
+
 # -- static trees
 
 
@@ -262,6 +319,7 @@ def test_static_paths_by_hand(tmp_path):
     for bad, msg in [
         ([[0], [0]], r"rank path \[0\] is listed twice"),
         ([[0], [1, 0]], r"not prefix-closed: \[1, 0\] is listed but its parent \[1\] is not"),
+        ([[0], [0, 0, 0]], r"not prefix-closed: \[0, 0, 0\] is listed but its parent \[0, 0\] is not"),
         ([[]], r"rank path \[\] must be a non-empty list of integers >= 0, e\.g\. \[0, 1\]"),
         ([[0, -1]], "must be a non-empty list"),
         ([[0.0]], "must be a non-empty list"),
@@ -293,6 +351,17 @@ def test_static_tree_follows_drafter_ranks():
     np.testing.assert_array_equal(t["depth"], [1, 1, 2])
     np.testing.assert_array_equal(t["rank"], [2, 1, 2])
     np.testing.assert_allclose(t["logP"], [L(0.2), L(0.3), L(0.04)], rtol=1e-5)
+
+
+def test_static_tree_reads_each_node_state():
+    # markov_ab under Reverse (K = 2): in a, drafter rank 0 is target rank 1 (p .4, child in b) and drafter rank 1
+    # is target rank 0 (p .6, child in a); below [0], in b, drafter rank 0 is target rank 1 (p .1, child in a)
+    par, qr = (jnp.asarray(x) for x in tree_arrays([(0,), (1,), (0, 0)]))
+    t = jax.jit(lambda k: static_one(markov_ab(), Reverse(), k, par, qr, 2))(jax.random.key(0))
+    np.testing.assert_array_equal(t.parent, [-1, -1, 0])
+    np.testing.assert_array_equal(t.rank, [1, 0, 1])
+    np.testing.assert_array_equal(t.state, [1, 0, 0])
+    np.testing.assert_allclose(np.exp(np.asarray(t.logP)), [0.4, 0.6, 0.04], rtol=1e-6)
 
 
 def test_acceptance_rates_and_sequoia_paths_by_hand():
@@ -335,6 +404,22 @@ def test_eagle_two_levels_by_hand():
     np.testing.assert_array_equal(t["rank"], [2, 1, 2, 1, 2, 2, 1, 1])
     want = [0.2, 0.3, 0.04, 0.06, 0.06, 0.008, 0.09, 0.012]
     np.testing.assert_allclose(np.exp(t["logP"]), want, rtol=1e-5)
+
+
+def test_eagle_carries_each_node_state_and_key():
+    # markov_ab under Reverse, top_k = 2, depth = 1. Depth 1 (root in a): target rank 1 (q .6, p .4, state b),
+    # rank 0 (q .4, p .6, state a). Depth 2: below [1] (in b, q = .1, .9): [1,1] score .54 (p .04, state a),
+    # [1,0] .06; below [0] (in a): [0,1] .24 (p .24, state b), [0,0] .16. Best 4 by score: [1], [1,1], [0], [0,1]
+    k0 = jax.random.key(4)
+    t = jax.jit(lambda k: eagle_one(markov_ab(), Reverse(), k, 4, 2, 1))(k0)
+    np.testing.assert_array_equal(t.parent, [-1, 0, -1, 2])
+    np.testing.assert_array_equal(t.rank, [1, 1, 0, 1])
+    np.testing.assert_array_equal(t.state, [1, 0, 0, 1])
+    np.testing.assert_allclose(np.exp(np.asarray(t.logP)), [0.4, 0.04, 0.6, 0.24], rtol=1e-6)
+    # node keys: the parent's key folded with 2 + target rank
+    k1, k0_ = jax.random.fold_in(k0, 3), jax.random.fold_in(k0, 2)
+    want = [k1, jax.random.fold_in(k1, 3), k0_, jax.random.fold_in(k0_, 3)]
+    np.testing.assert_array_equal(t.key, np.stack([jax.random.key_data(k) for k in want]))
 
 
 def test_eagle_candidate_without_drafter_mass_counts_nothing():

@@ -146,7 +146,9 @@ class Mix(DraftLaw):
         if lr.shape[-1] < V:
             lr = jnp.concatenate([lr, jnp.full((V - lr.shape[-1],), -jnp.inf, lr.dtype)])
         lr = jax.random.permutation(kp, lr)
-        return jnp.logaddexp(jnp.log1p(-self.w) + lp, jnp.log(self.w) + lr)
+        # <= 0 like every log-probability (log1p(-w) + log w terms can round above 0 where both laws put all
+        # their mass on one token; a positive log q would let a child outscore its parent in a drafter's search)
+        return jnp.minimum(jnp.logaddexp(jnp.log1p(-self.w) + lp, jnp.log(self.w) + lr), 0.0)
 
     def check(self, law: Law) -> None:
         if self.law.vocab > law.vocab:
