@@ -10,6 +10,7 @@ import math
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from brwsim._stats import CONVENTION
@@ -29,6 +30,7 @@ from brwsim.speedup import (
     ModelShape,
     RooflineCost,
     SpeedupRow,
+    SpeedupTable,
     TableCost,
     VerifyCost,
     _costs,
@@ -566,6 +568,10 @@ def test_at_edge_needs_the_largest_budget_above_zero():
     assert t.best.P == 0 and not t.at_edge()
     t = speedup_table([(1, 0.5, 0.0)], TableCost({0: 1.0, 4: 1.0}))  # P = 1 is a budget, and the best
     assert [r.P for r in t.rows] == [0, 1] and t.best.P == 1 and t.at_edge()
+    # a table of plain decoding alone (built directly): P = 0 is the largest and the best, but no budget was tried
+    # beyond it, and P = 0 is never "at the edge"
+    alone = SpeedupTable([SpeedupRow(0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0)], TableCost({0: 1.0}), ORACLE)
+    assert alone.best.P == 0 and not alone.at_edge() and alone.to_dict()["best"]["at_edge"] is False
 
 
 def test_from_simulation_reads_the_result():
@@ -884,6 +890,24 @@ def test_time_call_runs_until_min_s_and_at_least_twice(monkeypatch):
     assert _timing._time_call(fn, 1.0) == 0.5 and len(calls) == 3  # 1.0 s reached exactly after two
 
 
+def test_time_call_counts_its_calls(monkeypatch):
+    """The loop ends once it has counted two timed calls and ``min_s``: a count that does not go up would loop for
+    ever, so this ``fn`` refuses a tenth call and such a loop ends in an error instead of a hang."""
+    clock = _Clock()
+    monkeypatch.setattr(_timing, "time", clock)
+    calls = []
+
+    def fn():
+        calls.append(clock.now)
+        if len(calls) == 10:
+            raise RuntimeError("called ten times: the timing loop did not stop")
+        clock.now += 0.25
+
+    assert _timing._time_call(fn, 0.0) == 0.25 and len(calls) == 3  # a warm-up and two timed calls
+    calls.clear()
+    assert _timing._time_call(fn, 1.0) == 0.25 and len(calls) == 5  # a warm-up and four calls of 0.25 s
+
+
 @needs_torch
 def test_machine_peaks_from_a_known_clock(monkeypatch):
     # copies of 1 MiB (2 MiB moved) taking 1, 2, 4 s; products of 4 x 4 matrices (128 FLOPs) taking 2, 2, 1 s
@@ -1031,6 +1055,30 @@ def test_verify_times_with_a_stand_in_model(monkeypatch):
     before = len(log)
     _timing.verify_times(src, [1], context=4, repeats=5, seed=0, warmup=1)  # the defaults: the same token ids
     assert [e[4] for e in log[before:] if e[0] == "pass"] == ids
+
+
+@needs_torch
+def test_verify_times_puts_every_input_on_the_source_device(monkeypatch):
+    """The context ids, the tree's mask and positions and its token ids all go to ``src.device``: here torch's
+    ``meta`` device (shapes without data), so a tensor left on the default CPU device shows in its ``device``."""
+    monkeypatch.setattr(_timing, "time", _Clock())
+    devices = []
+
+    def model(input_ids, use_cache, **kw):
+        devices.append(sorted({str(t.device) for t in [input_ids, *kw.values()] if isinstance(t, torch.Tensor)}))
+        return SimpleNamespace(past_key_values=SimpleNamespace(crop=lambda k: None))
+
+    src = SimpleNamespace(model=model, vocab_size=7, device="meta", dtype=torch.float32)
+    out = _timing.verify_times(src, [1], context=3, repeats=1, warmup=0)
+    assert out.keys() == {0, 1} and devices == [["meta"]] * 3  # the prefill, then the passes at P = 0 and 1
+
+
+def test_best_P_set_takes_medians_in_double_precision():
+    # t(0) repeats 1 and 1 + 2^-23 given as float32: their median 1 + 2^-24 is a float64 number but not a float32
+    # one (float32 arithmetic rounds the mean to 1); t(1) = 2, E[X](1) = 1: speedup (1 + 1) (1 + 2^-24) / 2
+    t0 = np.array([1.0, 1.0 + 2.0**-23], dtype=np.float32)
+    b = best_P_set({1: [1.0]}, {0: t0, 1: [2.0]}, replicates=20)
+    assert b.speedup == {1: 1.0 + 2.0**-24}
 
 
 def test_best_P_set_resamples_the_timing_repeats():
