@@ -169,9 +169,43 @@ def test_truncated_pool_steps_into_the_tail(tmp_path):
     pool.check_budget(2)
 
 
+def _squeeze_by_hand(key, alpha, n):
+    """log Gamma(alpha) variates by Marsaglia and Tsang's method, written out in float64 from the same draws.
+
+    With kloop, kpow the halves of the key and a = alpha (alpha + 1 below 1): d = a - 1/3, c = 1/sqrt(9d);
+    pass i = 0, 1, ... draws (Z, U) from the halves of split(fold_in(kloop, i)), v = (1 + cZ)^3, and an entry
+    keeps log(d v) from the first pass with v > 0 and log U < Z^2/2 + d - d v + d log v. Below 1 it then adds
+    log(U') / alpha, U' uniform on [tiny, 1) from kpow (Gamma(alpha) = Gamma(alpha + 1) U'^(1/alpha)).
+    Returns the variates and the number of passes.
+    """
+    kloop, kpow = jax.random.split(key)
+    a = alpha + 1.0 if alpha < 1 else alpha
+    d = a - 1 / 3
+    c = 1 / math.sqrt(9 * d)
+    x = np.full(n, np.nan)
+    i = 0
+    while np.isnan(x).any():
+        kn, ku = jax.random.split(jax.random.fold_in(kloop, i))
+        z = np.asarray(jax.random.normal(kn, (n,)), np.float64)
+        u = np.asarray(jax.random.uniform(ku, (n,)), np.float64)
+        v = (1 + c * z) ** 3
+        logv = np.log(np.where(v > 0, v, 1.0))
+        ok = (v > 0) & (np.log(u) < 0.5 * z * z + d - d * v + d * logv)
+        x = np.where(np.isnan(x) & ok, math.log(d) + logv, x)
+        i += 1
+    if alpha < 1:
+        tiny = np.finfo(np.float32).tiny
+        x = x + np.log(np.asarray(jax.random.uniform(kpow, (n,), minval=tiny), np.float64)) / alpha
+    return x, i
+
+
 @pytest.mark.parametrize("alpha", [0.3, 1.0, 1.2, 2.5])
 def test_log_gamma_variates_have_the_gamma_law(alpha):
     x = np.asarray(log_gamma_variates(jax.random.key(3), alpha, (20000,)), np.float64)
+    # draw by draw, the squeeze method written out by hand (several passes: some entries were rejected)
+    want, passes = _squeeze_by_hand(jax.random.key(3), alpha, 20000)
+    assert passes >= 2
+    np.testing.assert_allclose(x, want, rtol=1e-5, atol=1e-6)
     # log G, G ~ Gamma(alpha): mean psi(alpha), variance psi'(alpha); E[G] = Var[G] = alpha
     close(x.mean(), psi(alpha), math.sqrt(polygamma(1, alpha) / x.size))
     close(np.var(x, ddof=1), polygamma(1, alpha), 0.05 * polygamma(1, alpha))
@@ -406,6 +440,9 @@ def test_parse_law_reads_bare_paths_by_their_ending(tmp_path):
     np.savez(tmp_path / "p.npz", probs=np.array([[0.5, 0.5]]))
     p = parse_law(str(tmp_path / "p.npz"))
     assert p.size == 1 and p.spec() == f"pool:path={tmp_path / 'p.npz'}"
+    with open(d / "P.NPZ", "wb") as f:  # a pool too may sit under a colon, its ending in any case
+        np.savez(f, probs=np.array([[0.25, 0.75]]))
+    assert parse_law(str(d / "P.NPZ")).spec() == f"pool:path={d / 'P.NPZ'}"
     assert parse_law(f"pool:path={tmp_path / 'p.npz'}").size == 1
     with pytest.raises(BrwsimError, match="cannot be read"):
         parse_law(f"markov:path={tmp_path / 'missing.json'}")
@@ -422,6 +459,22 @@ def test_an_iid_law_has_one_state_zero():
     assert law.state_kernel().shape == (1, 1, 1) and law.state_kernel()[0, 0, 0] == 1
     assert law.initial_probs().tolist() == [1.0] and law.exact_moments() is None
     np.testing.assert_allclose(np.exp(np.asarray(law.node_logp(k, 0, 2))), [2 / 3, 1 / 6], rtol=1e-6)
+
+
+def test_base_spine_step_walks_the_state_zero_row_of_a_one_row_table():
+    # a one-row TableLaw is an i.i.d. law: every node has the row (0.5, 0.3, 0.2), read as state 0; the base
+    # class's inverse-CDF step picks child c with probability p_c, xi = -log p_c, rank c (the row is sorted)
+    from brwsim.testing import TableLaw
+
+    p = np.array([0.5, 0.3, 0.2])
+    law = TableLaw(logp=jnp.asarray(np.log(p)[None], jnp.float32))
+    xi, r, h, m2 = steps(law, need_rank=True)
+    assert xi.shape == r.shape == h.shape == m2.shape == (N,)
+    for c in range(3):
+        check_freq(r == c, p[c])
+    np.testing.assert_allclose(xi, -np.log(p[r.astype(int)]), rtol=1e-6)
+    np.testing.assert_allclose(h, -(p * np.log(p)).sum(), rtol=1e-6)
+    np.testing.assert_allclose(m2, (p * np.log(p) ** 2).sum(), rtol=1e-6)
 
 
 def test_temperature_spine_steps_by_hand():
@@ -582,9 +635,11 @@ def test_pool_file_formats_read_the_same_rows(tmp_path):
     ],
 )
 def test_pool_file_errors(tmp_path, arrays, msg):
-    np.savez(tmp_path / "p.npz", **arrays)
-    with pytest.raises(BrwsimError, match=msg):
-        load_pool(str(tmp_path / "p.npz"))
+    path = str(tmp_path / "p.npz")
+    np.savez(path, **arrays)
+    with pytest.raises(BrwsimError, match=msg) as err:
+        load_pool(path)
+    assert str(err.value).startswith(f"pool file {path!r}")  # every complaint names the file
 
 
 def test_pool_unreadable_files(tmp_path):
@@ -835,8 +890,9 @@ def test_markov_states_rows_and_kernel_by_hand(tmp_path):
     ],
 )
 def test_markov_config_errors(tmp_path, over, msg):
-    with pytest.raises(BrwsimError, match=msg):
+    with pytest.raises(BrwsimError, match=msg) as err:
         _markov(tmp_path, **over)
+    assert str(err.value).startswith("Markov law '<dict>': ")  # every complaint names the law (a dict here)
 
 
 def test_markov_missing_keys_and_bad_files(tmp_path):
