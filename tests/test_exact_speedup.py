@@ -1169,3 +1169,40 @@ def test_interpolation_in_an_empty_table_is_a_one_line_error():
     with pytest.raises(BrwsimError, match="^the rest of the pass has no measured row counts: measure it$"):
         _interp({}, 3, "the rest of the pass")
     assert _interp({2: 1.0, 4: 2.0}, 3, "x") == 1.5
+
+
+@needs_torch
+def test_rest_of_pass_times_the_source_it_is_given(monkeypatch):
+    """The stubbed pass is timed on the source given to rest_of_pass (the stand-in records what it was handed)."""
+    handed = []
+
+    def fake_times(src, P_list, context, repeats):
+        handed.append(src)
+        return {P: [1.0] for P in P_list}
+
+    monkeypatch.setattr(_sources, "verify_times", fake_times)
+    src = object()
+    _sources.rest_of_pass(src, [0, 1])
+    assert len(handed) == 1 and handed[0] is src
+
+
+@needs_torch
+def test_tree_token_ids_are_drawn_from_the_whole_vocabulary():
+    """The tree's token ids are uniform on 0 .. vocab - 1: a one-token vocabulary has only the id 0; 64 draws from
+    two ids show both (each is missed with probability 2^-64), on the source's device, as one batch row."""
+    src = SimpleNamespace(device="cpu")
+    assert _timing._ids(torch, np.random.default_rng(0), 1, 3, src).tolist() == [[0, 0, 0]]
+    ids = _timing._ids(torch, np.random.default_rng(0), 2, 64, src)
+    assert ids.shape == (1, 64) and set(ids.flatten().tolist()) == {0, 1}
+
+
+@needs_torch
+def test_verify_times_default_context_is_256_tokens(monkeypatch):
+    """Without ``context`` the prefill is 256 token ids (the documented default), and the P = 0 pass is the one
+    token at position 256, right after them."""
+    clock, log = _Clock(), []
+    monkeypatch.setattr(_timing, "time", clock)
+    src = SimpleNamespace(model=_Model(clock, log), vocab_size=7, device="cpu", dtype=torch.float32)
+    assert _timing.verify_times(src, [], repeats=1, warmup=0) == {0: [1.0]}  # one pass of one token: 1 s
+    assert log[0][:2] == ("prefill", (1, 256))
+    assert [e[2] for e in log if e[0] == "pass"] == [[[256]]]
