@@ -156,7 +156,9 @@ def test_an_interrupted_run_returns_its_finished_rounds_and_resumes(tmp_path, mo
         again = simulate(**args, checkpoint=tmp_path)
     assert again.trees == 40 and not again.interrupted
     assert [x.stat.mean for x in again.results] == [x.stat.mean for x in full.results]
-    with pytest.raises(BrwsimError, match="keep_values and checkpoint do not go together"):
+    with pytest.raises(
+        BrwsimError, match="^keep_values and checkpoint do not go together: a resumed run has no earlier values$"
+    ):
         simulate(**args, checkpoint=tmp_path, keep_values=True)
     with monkeypatch.context() as m:  # interrupted before any round: nothing to report
         _interrupt_after(m, 0)
@@ -218,6 +220,10 @@ def test_batches_and_memory_checks_against_a_brute_force_fit(monkeypatch):
     assert est.plan_batch(law, 64, 5000, None, None) == 1000  # the default batch shrinks to what fits
     assert est.plan_batch(law, 64, 5000, 1000, None) == 1000
     assert est.plan_batch(law, 64, 5000, None, [0, 1, 2]) == 999  # equal shares: 333 trees a device
+    big = lambda devs=None: avail if devs == [0, 1, 2] else 1e30  # noqa: E731
+    monkeypatch.setattr(est, "available_memory", big)
+    assert est.plan_batch(law, 64, 5000, None, [0, 1, 2]) == 999  # the memory of the devices the run uses
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: avail)
     with pytest.raises(BrwsimError, match="--batch 1001 at P=64 .* the largest batch that fits is 1000$"):
         est.plan_batch(law, 64, 5000, 1001, None)
     small = per / 0.8 * 0.5  # not even one tree at P = 64: the message names the largest P that fits
@@ -254,11 +260,25 @@ def test_the_progress_bar():
     assert est._progress(7, "x", None).disable  # stderr is not a terminal under pytest
 
 
-def test_a_drafter_with_the_exact_draft_law_matches_the_oracle():
+def test_a_drafter_with_the_exact_draft_law_matches_the_oracle(monkeypatch):
     # q = p: top-q takes the P nodes of largest path probability, as the oracle does; entropy = cross-entropy = ln 2
+    monkeypatch.setattr(est, "tqdm", _Bar)
+    monkeypatch.setattr(_Bar, "bars", [])
     r = simulate(
-        "fixed:probs=0.5/0.5", P=[1, 2, 3], trees=64, seed=3, drafter="topq", check=True, bounds=False, batch=32
+        "fixed:probs=0.5/0.5",
+        P=[1, 2, 3],
+        trees=64,
+        seed=3,
+        drafter="topq",
+        check=True,
+        bounds=False,
+        batch=32,
+        progress=True,
     )
+    # one tree of P = 3 serves every P (top-q is nested): 64 trees in all, the check's batches count none
+    assert [(b.total, b.desc, b.n) for b in _Bar.bars] == [(64, "topq P=3", 64)]
+    r8 = simulate("fixed:probs=0.5/0.5", P=[3], trees=8, seed=3, drafter="topq", check=True, bounds=False)
+    assert r8[3].stat.mean == pytest.approx(1.25, rel=1e-6) and r8[3].check.n == 8  # the default batch
     assert r.drafter == "topq" and [x.stat.mean for x in r.results] == pytest.approx([0.5, 1.0, 1.25], rel=1e-6)
     assert r[1].check is None and r[2].check is None and r[3].check.n == 64
     assert abs(r[3].check.mean - 1.25) <= 4 * math.sqrt(3 / 16 / 64)
@@ -268,3 +288,48 @@ def test_a_drafter_with_the_exact_draft_law_matches_the_oracle():
         (0, 0, 0, 0), abs=1e-6
     )
     assert r.to_dict()["draft"] == r.draft and r.to_dict()["drafter"] == "topq"
+
+
+def test_the_defaults_on_the_binary_tree():
+    # P = 1, 4, 16, 64 take the shallowest nodes: 1/2; 2 (1/2) + 2 (1/4) = 3/2; the 14 nodes of depths 1 .. 3
+    # (sum 3) and two of depth 4 = 3 + 1/8; the 62 nodes of depths 1 .. 5 (sum 5) and two of depth 6 = 5 + 1/32.
+    # 1000 trees of seed 0, with the bounds and no check
+    r = simulate("fixed:probs=0.5/0.5")
+    assert [x.P for x in r.results] == [1, 4, 16, 64]
+    assert [x.stat.mean for x in r.results] == pytest.approx([0.5, 1.5, 3.125, 5.03125], rel=1e-6)
+    assert (r.trees, r.seed, r.drafter, r.values) == (1000, 0, "oracle", None)
+    assert all(x.stat.n == 1000 and x.bounds is not None and x.check is None for x in r.results)
+
+
+class _Bar:
+    """Stands in for tqdm: records each bar's total, description and the trees it was told of."""
+
+    bars: list = []
+
+    def __init__(self, total, desc, unit, disable, file, leave):
+        self.total, self.desc, self.disable, self.n = total, desc, disable, 0
+        _Bar.bars.append(self)
+
+    def update(self, n):
+        self.n += n
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_progress_counts_every_tree_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(est, "tqdm", _Bar)
+    monkeypatch.setattr(_Bar, "bars", [])
+    law = parse_law("fixed:probs=0.5/0.5")
+    oracle_values(jax.random.key(3), law, 3, 40, batch=16, progress=True)  # batches of 16, 16, 8
+    args = dict(law=law, P=[1, 3], trees=40, seed=3, bounds=False, round_trees=16, progress=True)
+    with monkeypatch.context() as m:  # a first run stops after one round of 16 trees
+        _interrupt_after(m, 16)
+        simulate(**args, checkpoint=tmp_path)
+    simulate(**args, checkpoint=tmp_path)  # resumes: 16 trees restored, 24 computed
+    totals = [(b.total, b.desc, b.disable, b.n) for b in _Bar.bars]
+    assert totals == [(40, "oracle P=3", False, 40), (40, "oracle P=3", False, 16), (40, "oracle P=3", False, 40)]
+    assert all(type(b.total) is int for b in _Bar.bars)  # a count of trees

@@ -547,6 +547,13 @@ def test_long_run_moments_standard_error_over_walks():
     # these are the walks of stream SPINE_DIRECT (the bounds' walks use SPINE: another draw of the initial states)
     w = sample_walks(jax.random.key(1), law, WALKS, depth=1, stream=Stream.SPINE_DIRECT, need_H=True)
     assert np.sum(w.state[:, 0] == 0) == k
+    # the defaults: 2048 walks, depths 16 .. 47 (32 nodes a walk), so a's share is k 32 / (2048 * 32) = k / 2048
+    m = spine_moments_walks(jax.random.key(1), law)
+    n, k = 2048, m.fractions[0] * 2048
+    assert k == pytest.approx(round(k), abs=1e-9) and 0 < k < n  # a whole number of walks
+    assert m.mu == pytest.approx((k * LN2 + (n - k) * HB) / n, rel=1e-6)
+    sd = math.sqrt(k * (n - k) / (n * (n - 1)))
+    assert m.mu_se == pytest.approx(sd * (LN2 - HB) / math.sqrt(n), rel=1e-5)
 
 
 # -- the state chain: Q[s] = sum_r E_s[p_(r)] K[s, r]; for rank_law(), Q = [[1/2, 1/2], [1/4, 3/4]], pi = (1/3, 2/3)
@@ -686,3 +693,47 @@ def test_stationary_chain_of_random_states():
     assert (st.mu_se, st.mu2_se) == pytest.approx((mu_se, mu2_se), rel=0.25)
     assert st.mu == pytest.approx(5 / 13 * h_a + 8 / 13 * 7 / 12, abs=4 * mu_se)
     assert st.mu2 == pytest.approx(5 / 13 * m2_a + 8 / 13 * 37 / 72, abs=4 * mu2_se)
+
+
+def test_spine_moments_of_a_drawn_law_carry_the_sample_count_and_standard_errors():
+    # an i.i.d. logit-normal law on two tokens (one state, no closed form in the code): mu and mu_2 are the means
+    # of H and M2 over `samples` drawn distributions, their standard errors sd / sqrt(samples) by the bootstrap.
+    # By quadrature: E[H] = 0.53950, sd(H) = 0.15284, kurtosis 3.137; E[M2] = 0.51527, sd(M2) = 0.042306,
+    # kurtosis 14.84. A bootstrap SE is the sample sd / sqrt(n) up to the resampling error 1/sqrt(2 * 200) = 0.05
+    # (relative); the sample sd of n draws is off by sqrt((kurtosis - 1) / (4 n)) (relative). With n = 256:
+    # 0.046 for H, 0.116 for M2, so 4 standard errors are 4 * sqrt(0.046^2 + 0.05^2) = 0.27 and 0.51.
+    law = LogitNormal(V=2, sigma=1.0)
+    n = 256
+    m = spine_moments(jax.random.key(0), law, samples=n)
+    h, sd_h, m2, sd_m2 = 0.5395000617, 0.1528397355, 0.5152671493, 0.0423055417
+    assert m.mu == pytest.approx(h, abs=4 * sd_h / math.sqrt(n))
+    assert m.mu2 == pytest.approx(m2, abs=4 * sd_m2 / math.sqrt(n))
+    assert m.mu_se == pytest.approx(sd_h / math.sqrt(n), rel=0.27)  # 2048 draws would give a third of it
+    assert m.mu2_se == pytest.approx(sd_m2 / math.sqrt(n), rel=0.51)
+    assert m.exact is False and m.per_state["iid"].fraction == 1.0 and m.per_state["iid"].exact is False
+    # the default: 2048 draws, the chain's own default (relative error of the SE: 4 * sqrt(0.016^2 + 0.05^2) = 0.21)
+    m, st = spine_moments(jax.random.key(0), law), stationary(jax.random.key(0), law)
+    assert (m.mu, m.mu2, m.mu_se, m.mu2_se) == (st.mu, st.mu2, st.mu_se, st.mu2_se)
+    assert m.mu_se == pytest.approx(sd_h / math.sqrt(2048), rel=0.21)
+    # two bootstrap resamples: the standard error is |mu_1 - mu_2| / sqrt(2) (a sample sd of two values), finite,
+    # and below 4 standard errors of a mean of n draws (mu_1 - mu_2 ~ N(0, 2 se^2)) but for probability 6e-5
+    st = stationary(jax.random.key(0), law, samples=n, boot=2)
+    assert 0 < st.mu_se < 4 * sd_h / math.sqrt(n) and 0 < st.mu2_se < 4 * sd_m2 / math.sqrt(n)
+
+
+def test_stationary_chain_of_a_drawn_one_token_law():
+    # one token: every drawn distribution is the point mass, H = M2 = 0, and the one state keeps itself
+    st = stationary(jax.random.key(0), LogitNormal(V=1, sigma=1.0), samples=8, boot=4)
+    assert st.Q.tolist() == [[1.0]] and st.pi.tolist() == [1.0]
+    assert (st.mu, st.mu2, st.mu_se, st.mu2_se) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_stationary_chain_of_a_reducible_law_by_hand():
+    # each state keeps itself (Q = I, two closed classes): the long-run law is the initial one, in every bootstrap
+    # resample too (the rows are exact: no spread)
+    law = two_state([TO_A, TO_A], [TO_B, TO_B], initial={"a": 0.25, "b": 0.75})
+    st = stationary(jax.random.key(0), law, samples=8, boot=4)
+    np.testing.assert_allclose(st.Q, np.eye(2), atol=1e-7)
+    np.testing.assert_allclose(st.pi, [0.25, 0.75], rtol=1e-6)  # the initial law, kept in float32
+    assert st.mu == pytest.approx(0.25 * LN2 + 0.75 * HB, rel=1e-6)
+    assert np.all(st.pi_se == 0) and st.mu_se == 0 and st.mu2_se == 0
