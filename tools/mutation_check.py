@@ -201,7 +201,7 @@ def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0) -> int
     """
     dst = _scratch(module, False)
     _sync(dst)
-    for t in EXACT:
+    for t in EXACT:  # (an exact test file newer than the scratch copy is copied but not selected)
         for d in (dst, os.path.join(dst, "mutants")):
             shutil.copy(os.path.join(SRC, t), os.path.join(d, t))
     rerun, unchecked = [], []
@@ -243,14 +243,8 @@ def _sync(dst: str) -> None:
             if not os.path.exists(old) or open(src, "rb").read() != open(old, "rb").read():
                 os.makedirs(os.path.dirname(old), exist_ok=True)
                 shutil.copyfile(src, old)
-    path = os.path.join(dst, "pyproject.toml")
-    text = open(path).read()
-    text = re.sub(
-        r"pytest_add_cli_args_test_selection = \[[^\]]*\]",
-        f"pytest_add_cli_args_test_selection = {_toml_list(EXACT)}",
-        text,
-    )
-    open(path, "w").write(text)
+    # The test selection stays as it was: mutmut forgets every result when the selection changes (a new exact
+    # test file). The selection's files are copied in again, new tests and all, by the caller.
 
 
 def run_mutmut(module: str, before: bool) -> int:
