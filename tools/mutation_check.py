@@ -5,6 +5,7 @@
     python tools/mutation_check.py mutmut MODULE [--before]  # mutmut on one core module (docs/testing.md)
     python tools/mutation_check.py mutmut-recheck MODULE     # its survivors again, with today's exact tests
     python tools/mutation_check.py mutmut-sample MODULE N [SEED]  # N random mutants not yet checked
+    python tools/mutation_check.py mutmut-counts [MODULE...]  # the scratch copies' counts, as docs/testing.md's table
 
 MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
 copies the working tree (brwsim/, tests/, pyproject.toml) to a scratch
@@ -215,7 +216,6 @@ def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0) -> int
                 rerun.append(k)
                 codes[k] = None
         json.dump(data, open(meta, "w"), indent=4)
-    names = None
     if sample is not None:
         picked = sorted(random.Random(seed).sample(sorted(unchecked), min(sample, len(unchecked))))
         with open(os.path.join(dst, "sample.txt"), "a") as f:
@@ -228,6 +228,90 @@ def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0) -> int
     if not names:
         return 0
     return _mutmut_in(dst, module, EXACT, time.time(), names)
+
+
+MUTANTS_DOC = os.path.join(SRC, "docs", "mutants.md")
+
+
+def _listed(section: str) -> dict:
+    """(owner or None, function) -> mutant numbers, from the lines of one top-level section of docs/mutants.md
+    ("Equivalent", "Killed", "Obsolete"): ``- [module.][Class.]function N, M (what): reason``."""
+    out: dict = {}
+    current = None
+    for line in open(MUTANTS_DOC):
+        if line.startswith("# "):
+            current = line[2:].split()[0]
+            continue
+        line = line.strip()
+        if current != section or not line.startswith("- "):
+            continue
+        head = re.sub(r"`[^`]*`", "", line[2:].split(": ", 1)[0])
+        while re.search(r"\([^()]*\)", head):  # the "(what)" parts, nested parentheses included
+            head = re.sub(r"\([^()]*\)", "", head)
+        for ident, nums in re.findall(r"([A-Za-z_][\w.]*)\s+((?:\d+\s*(?:,\s*|and\s+)?)+)", head):
+            parts = ident.split(".")
+            key = (parts[-2] if len(parts) > 1 else None, parts[-1])
+            out.setdefault(key, set()).update(int(x) for x in re.findall(r"\d+", nums))
+    return out
+
+
+def _in(listed: dict, name: str) -> bool:
+    """Whether mutmut's mutant ``name`` (``brwsim.mod.x_func__mutmut_N``, ``...xǁClassǁmethod__mutmut_N``) is listed."""
+    base, n = name.rsplit("__mutmut_", 1)
+    mod, last = base.split(".")[-2:]
+    cls, fn = last.split("ǁ")[1:] if last.startswith("xǁ") else (None, last[2:])
+    return any(f == fn and int(n) in nums and o in (None, cls, mod, mod.lstrip("_")) for (o, f), nums in listed.items())
+
+
+def mutmut_counts(module: str) -> str:
+    """One row of docs/testing.md's table from a scratch copy: the mutants run in full, a random sample of the rest
+    (``sample.txt``), survivors listed in docs/mutants.md as equivalent / killed later (by hand) / obsolete; the
+    whole-module score as a ratio estimate with the sample's Clopper-Pearson 95% interval."""
+    from scipy.stats import beta
+
+    dst = _scratch(module, False)
+    codes: dict = {}
+    for meta in glob.glob(os.path.join(dst, "mutants", "**", "*.meta"), recursive=True):
+        codes.update(json.load(open(meta))["exit_code_by_key"])
+    path = os.path.join(dst, "sample.txt")
+    sample = set(open(path).read().split()) if os.path.exists(path) else set()
+    equivalent, killed, obsolete = _listed("Equivalent"), _listed("Killed"), _listed("Obsolete")
+    strata: dict = {"full": {}, "sample": {}}
+    for k, v in codes.items():
+        timeout = v in (36, 24, -24, 152, 255)
+        s = "unchecked" if v is None else "killed" if v == 1 else "timeout" if timeout else "survived"
+        if s in ("survived", "timeout"):
+            if _in(obsolete, k):
+                continue
+            s = "equivalent" if _in(equivalent, k) else "killed" if _in(killed, k) else s
+        d = strata["sample" if k in sample and s != "unchecked" else "full"]
+        d[s] = d.get(s, 0) + 1
+    F, S = strata["full"], strata["sample"]
+
+    def g(d, k):
+        return d.get(k, 0)
+
+    def nonequivalent(d):
+        return g(d, "killed") + g(d, "survived") + g(d, "timeout")
+
+    n, not_run = sum(S.values()), g(F, "unchecked")
+    kc, nc, ks, ns = g(F, "killed"), nonequivalent(F), g(S, "killed"), nonequivalent(S)
+    ratio = "-"
+    if n and ns:
+        lo = beta.ppf(0.025, ks, ns - ks + 1) if ks else 0.0
+        hi = beta.ppf(0.975, ks + 1, ns - ks) if ks < ns else 1.0
+        m = (not_run + n) * ns / n  # non-equivalent mutants expected among those not run in full
+
+        def est(r):
+            return 100 * (kc + m * r) / (nc + m)
+
+        ratio = f"{est(ks / ns):.1f}% [{est(lo):.1f}, {est(hi):.1f}]"
+    cells = "killed survived timeout equivalent".split()
+    return (
+        f"| `{module}` | {len(codes)} | {' / '.join(str(g(F, c)) for c in cells)} | {not_run} | "
+        + (f"{n}: {' / '.join(str(g(S, c)) for c in cells)}" if n else "-")
+        + f" | {kc + ks} / {nc + ns} = {100 * (kc + ks) / max(nc + ns, 1):.1f}% | {ratio} |"
+    )
 
 
 def _sync(dst: str) -> None:
@@ -286,6 +370,10 @@ def _mutmut_in(dst: str, what: str, tests, t0: float, names=None) -> int:
 def main() -> int:
     if sys.argv[1:2] == ["mutmut-recheck"]:
         return recheck_mutmut(sys.argv[2])
+    if sys.argv[1:2] == ["mutmut-counts"]:
+        for m in sys.argv[2:] or [m for m in MODULES if os.path.isdir(_scratch(m, False))]:
+            print(mutmut_counts(m))
+        return 0
     if sys.argv[1:2] == ["mutmut-sample"]:  # MODULE N [SEED]
         return recheck_mutmut(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if sys.argv[4:] else 0)
     if sys.argv[1:2] == ["mutmut"]:

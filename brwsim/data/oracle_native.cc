@@ -718,7 +718,7 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
                                                                        out);
         }
       }
-if (keys16)
+      if (keys16)
         node_keys<2 * LANES>(tree_keys, t0, n_group, P, kb.data(), out);
       else
         for (int b = 0; b < n_group; b += LANES)
