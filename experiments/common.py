@@ -21,7 +21,11 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -32,6 +36,7 @@ import numpy as np
 import brwsim
 
 COUNTERS: Counter = Counter()  # "computed" / "cached" points, for tests and logs
+_COUNTERS_LOCK = threading.Lock()  # points may be computed in several threads at once (measure_prompts)
 
 # one colour per law label, shared by every figure (matplotlib's tab10 order)
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
@@ -135,9 +140,11 @@ def cached(name: str, params: dict, compute: Callable[[], list[dict]]) -> list[d
                 rows = compute()
                 blob = {"params": params, "seconds": time.perf_counter() - t0, "rows": rows}
                 write_atomic(path, json.dumps(blob).encode())
-                COUNTERS["computed"] += 1
+                with _COUNTERS_LOCK:
+                    COUNTERS["computed"] += 1
                 return rows
-    COUNTERS["cached"] += 1
+    with _COUNTERS_LOCK:
+        COUNTERS["cached"] += 1
     return rows
 
 
@@ -230,4 +237,123 @@ def prompt_order(tasks, n: int, seed: int) -> list:
     out = []
     for i in range(max(len(ps) for ps in per)):
         out += [ps[i] for ps in per if i < len(ps)]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# prompts of the real-model experiments: measured together, their passes packed, over several processes
+
+
+def default_workers() -> int:
+    """Processes that measure prompts side by side: one per CPU core (at most 4) on a CPU machine, one when torch
+    sees a GPU (a GPU's passes are packed within one process)."""
+    with contextlib.suppress(ImportError):
+        import torch
+
+        if torch.cuda.is_available():
+            return 1
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def add_prompt_options(ap: argparse.ArgumentParser, budget_help: str) -> None:
+    """The options of an experiment that measures prompts (``--n``, ``--budget-seconds``, the batching)."""
+    ap.add_argument("--n", type=int, default=None, help="prompts per task (default 64)")
+    ap.add_argument("--budget-seconds", type=float, default=None, help=budget_help)
+    ap.add_argument("--prompt-batch", type=int, default=8,
+                    help="prompts each process measures at once, their model passes packed (default 8)")  # fmt: skip
+    ap.add_argument("--workers", type=int, default=None,
+                    help="processes measuring prompts side by side, one torch thread each (default: one per core, "
+                         "at most 4; 1 on a GPU)")  # fmt: skip
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # K/N: this process measures share K of N
+
+
+def check_prompt_options(ap: argparse.ArgumentParser, args) -> None:
+    if args.n is not None and args.n < 1:
+        ap.error("--n must be at least 1")
+    if args.budget_seconds is not None and not args.budget_seconds >= 0:
+        ap.error("--budget-seconds must be a number >= 0")
+    if args.prompt_batch < 1:
+        ap.error("--prompt-batch must be at least 1")
+    if args.workers is not None and args.workers < 1:
+        ap.error("--workers must be at least 1")
+    if args.worker is not None:
+        k, _, n = args.worker.partition("/")
+        if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+            ap.error(f"--worker must be K/N with 0 <= K < N, got {args.worker!r}")
+
+
+def share(order: list, worker: str | None) -> list:
+    """The prompts of ``order`` this process measures: every N-th from the K-th (``worker`` = ``K/N``)."""
+    if worker is None:
+        return list(order)
+    k, n = (int(x) for x in worker.split("/"))
+    return list(order)[k::n]
+
+
+def measure_prompts(name: str, order: list, key, measure, width: int, budget: float | None, prepare=None) -> list:
+    """Each prompt's cached point (``key(prompt)``: its cache parameters; ``measure(prompt)``: its rows): prompts
+    not in the cache are measured ``width`` at a time in this process, their model passes packed
+    (:func:`brwsim.llm.sources._rounds.run_concurrently`; the numbers do not depend on ``width``). After
+    ``budget`` seconds no new prompt is started: its entry is None. Each finished prompt is in the cache at
+    once, so an interrupted run keeps it. ``prepare()`` (loading the models) runs first, in this thread, when
+    some prompt is to be measured."""
+    from brwsim.llm.sources._rounds import run_concurrently
+
+    t0 = time.perf_counter()
+    if prepare is not None and budget != 0 and not all(is_cached(name, key(p)) for p in order):
+        prepare()
+
+    def job(p):
+        def run():
+            if budget is not None and time.perf_counter() - t0 > budget and not is_cached(name, key(p)):
+                return None
+            return cached(name, key(p), lambda: measure(p))
+
+        return run
+
+    return run_concurrently([job(p) for p in order], width)
+
+
+@contextlib.contextmanager
+def workers(module: str, argv: list[str], n: int, log=print):
+    """Run ``python -m experiments.MODULE *argv --worker K/N`` for K = 1 .. N - 1 beside this process (which is
+    worker 0) while the block runs; then wait for them. Each worker leads its own process group, and every group
+    is ended, children included, whatever happens (an error, Ctrl-C); a worker that fails is a one-line error
+    naming it."""
+    procs = []
+    try:
+        for k in range(1, n):
+            cmd = [sys.executable, "-m", f"experiments.{module}", *argv, "--worker", f"{k}/{n}"]
+            procs.append(subprocess.Popen(cmd, start_new_session=True))
+        if n > 1:
+            log(f"{n} processes measure the prompts (this one and {n - 1} worker(s))")
+        yield
+        failed = [(k, p.wait()) for k, p in enumerate(procs, 1)]
+        failed = [(k, rc) for k, rc in failed if rc != 0]
+        if failed:
+            from brwsim.errors import BrwsimError
+
+            k, rc = failed[0]
+            raise BrwsimError(f"worker {k} of {n} ({module}) failed with exit status {rc}; its messages are above")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def worker_argv(args, names=("seed", "n", "budget_seconds", "prompt_batch")) -> list[str]:
+    """The command-line options a worker process gets from its parent's ``args``."""
+    out = ["--quick"] if getattr(args, "quick", False) else []
+    for k in names:
+        v = getattr(args, k, None)
+        if v is not None:
+            out += [f"--{k.replace('_', '-')}", str(v)]
     return out

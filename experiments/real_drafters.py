@@ -82,6 +82,10 @@ def settings(quick: bool, seed: int, n: int | None = None) -> dict:
 _OPEN: dict = {}
 
 
+def _finite(x):
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
 def _open(params: dict):
     """(target, drafters, calibrations), opened once per process."""
     key = (params["model"], tuple(params["drafters"]), params["heldout"])
@@ -101,7 +105,7 @@ def _point_rows(prompt, pr, drs, secs) -> dict:
         "task": prompt.task,
         "id": prompt.id,
         "oracle": pr.oracle.values.tolist(),
-        "xi": pr.walks.xi.tolist(),
+        "xi": [[_finite(x) for x in w] for w in pr.walks.xi.tolist()],  # null after a walk's end
         "H": float(np.nanmean(pr.walks.H)),
         "M2": float(np.nanmean(pr.walks.M2)),
         "drafters": [
@@ -109,7 +113,7 @@ def _point_rows(prompt, pr, drs, secs) -> dict:
                 "name": d.name,
                 "values": {b: [None if not math.isfinite(x) else float(x) for x in v] for b, v in d.values.items()},
                 "stats": None if d.walk_stats is None else d.walk_stats.mean(0).tolist(),
-                "xi_q": None if d.xi_q is None else d.xi_q.tolist(),
+                "xi_q": None if d.xi_q is None else [[_finite(x) for x in w] for w in d.xi_q.tolist()],
                 "s_P": None if d.s_P is None else [float(x) for x in d.s_P],
                 "check": d.check.to_dict() if d.check else {},
                 "passes": d.passes,
@@ -118,26 +122,31 @@ def _point_rows(prompt, pr, drs, secs) -> dict:
         ],
         "seconds": secs,
         "phases": {k: round(v, 4) for k, v in pr.phases.items()},
+        "host": {k: round(v, 4) for k, v in pr.host.items()},
     }
 
 
-def prompt_point(params: dict, prompt) -> dict:
-    """One prompt's raw measurements (cached per prompt)."""
+def measure_one(params: dict, prompt) -> list[dict]:
+    """One prompt's raw measurements (the rows of its cached point)."""
+    from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
 
-    def compute():
-        from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
+    target, drafters, cal = _open(params)
+    st = DrafterSettings(1.0, params["walks"], params["depth"], params["seed"], params["batch"])
+    st.check_samples, st.check_P = params["check_samples"], params["check_P"]
+    t0 = time.perf_counter()
+    rates = [c.rates if c else None for c in cal]
+    pr, drs = measure_prompt_drafters(target, drafters, prompt, max(params["P"]), st, rates)
+    secs = time.perf_counter() - t0
+    print(f"{prompt.task} {prompt.id}: model {sum(pr.phases.values()):.1f} s, host {sum(pr.host.values()):.1f} s",
+          flush=True)  # fmt: skip
+    return [_point_rows(prompt, pr, drs, secs)]
 
-        target, drafters, cal = _open(params)
-        st = DrafterSettings(1.0, params["walks"], params["depth"], params["seed"], params["batch"])
-        st.check_samples, st.check_P = params["check_samples"], params["check_P"]
-        t0 = time.perf_counter()
-        rates = [c.rates if c else None for c in cal]
-        pr, drs = measure_prompt_drafters(target, drafters, prompt, max(params["P"]), st, rates)
-        secs = time.perf_counter() - t0
-        print(f"{prompt.task} {prompt.id}: {secs:.1f} s", flush=True)
-        return [_point_rows(prompt, pr, drs, secs)]
 
-    return common.cached(NAME, point_key(params, prompt), compute)[0]
+def measure(params: dict, order: list, budget: float | None, width: int) -> list:
+    """The cached point of each prompt of ``order`` (None: not measured within the budget)."""
+    pts = common.measure_prompts(NAME, order, lambda p: point_key(params, p), lambda p: measure_one(params, p),
+                                 width, budget, prepare=lambda: _open(params))  # fmt: skip
+    return [None if p is None else p[0] for p in pts]
 
 
 def point_key(params: dict, prompt) -> dict:
@@ -161,8 +170,6 @@ def _calibration(params: dict) -> dict:
     return {r["name"]: r for r in common.cached(NAME + "_cal", {k: params[k] for k in keys}, compute)}
 
 
-def _finite(x):
-    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def _ci_row(label, P, stat, vals, n, seed, **extra) -> dict:
@@ -188,7 +195,7 @@ def _oracle_rows(params, label, task, pts, seed) -> list[dict]:
     from brwsim.theory import bounds_from_curves
 
     n, rows = len(pts), []
-    xi = np.concatenate([np.asarray(p["xi"], float) for p in pts])
+    xi = np.concatenate([np.array(p["xi"], dtype=float) for p in pts])  # (null -> NaN after a walk's end)
     mu, mu2 = float(np.mean([p["H"] for p in pts])), float(np.mean([p["M2"] for p in pts]))
     curves = curves_from_xi(xi, P_max=max(params["P"]))
     bounds = {b.P: b for b in bounds_from_curves(curves, params["P"], mu, mu2, iid=False)}
@@ -284,15 +291,19 @@ def _task_rows(params, task, pts, cal) -> list[dict]:
     return rows + _paired_rows(params, label, pts, seed)
 
 
-def aggregate(params: dict, points: list[dict], cal: dict) -> list[dict]:
+def aggregate(params: dict, points: list[dict], cal: dict, timing: dict | None = None) -> list[dict]:
+    """The summary rows of the measured prompts; ``timing``: the run's wall seconds, workers and batch (if
+    it measured any prompt)."""
     rows = []
     for task in dict.fromkeys(p["task"] for p in points):
         rows += _task_rows(params, task, [p for p in points if p["task"] == task], cal)
-    secs = sum(p["seconds"] for p in points)
-    rows.append(common.row(params["model"], None, "model_phase_seconds", secs, 0.0, len(points), params["seed"]))
-    for ph in dict.fromkeys(k for p in points for k in p.get("phases", {})):
-        vals = [p["phases"][ph] for p in points if ph in p.get("phases", {})]
-        rows.append(_ci_row(params["model"], None, "seconds_per_prompt", vals, len(vals), params["seed"], phase=ph))
+    model = sum(sum(p["phases"].values()) for p in points)
+    rows.append(common.row(params["model"], None, "model_phase_seconds", model, 0.0, len(points), params["seed"],
+                           host_seconds=sum(sum(p.get("host", {}).values()) for p in points), **(timing or {})))
+    for kind, key in (("seconds_per_prompt", "phases"), ("host_seconds_per_prompt", "host")):
+        for ph in dict.fromkeys(k for p in points for k in p.get(key, {})):
+            vals = [p[key].get(ph, 0.0) for p in points]
+            rows.append(_ci_row(params["model"], None, kind, vals, len(vals), params["seed"], phase=ph))
     return rows
 
 
@@ -377,35 +388,44 @@ def table(rows: list[dict], params: dict) -> str:
 
 def main(argv=None) -> dict:
     ap = common.parser(NAME, __doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=None, help="prompts per task (default 64; quick: 1)")
-    help_budget = "measure no new prompt after this many seconds (0: score only the prompts already measured)"
-    ap.add_argument("--budget-seconds", type=float, default=None, help=help_budget)
+    common.add_prompt_options(ap, "measure no new prompt after this many seconds (each process; 0: score only the "
+                                  "prompts already measured)")  # fmt: skip
     args = ap.parse_args(argv)
-    if args.n is not None and args.n < 1:
-        ap.error("--n must be at least 1")
-    if args.budget_seconds is not None and not args.budget_seconds >= 0:
-        ap.error("--budget-seconds must be a number >= 0")
+    common.check_prompt_options(ap, args)
     params = settings(args.quick, args.seed, args.n)
     from brwsim.llm import require_llm
 
     require_llm()
     order = common.prompt_order(params["prompts"].split(","), params["n"], params["seed"])
-    points, skipped, t0, scored = [], 0, time.perf_counter(), {}
-    for p in order:  # past the budget only prompts already measured (cached) are read
-        over = args.budget_seconds is not None and time.perf_counter() - t0 > args.budget_seconds
-        if over and not common.is_cached(NAME, point_key(params, p)):
-            skipped += 1
-            continue
-        points.append(prompt_point(params, p))
-        scored[p.task] = scored.get(p.task, 0) + 1
-    if skipped:
-        print(f"time budget reached: {len(points)} of {len(order)} prompts scored, {skipped} left for a later run")
+    if args.worker is not None:  # one worker's share, into the cache
+        measure(params, common.share(order, args.worker), args.budget_seconds, args.prompt_batch)
+        return {"name": NAME, "figures": [], "tables": [], "summary": []}
+    timing = None
+    if args.budget_seconds != 0:  # (0: score only the prompts already measured, open nothing)
+        n_workers = args.workers or (1 if args.quick else common.default_workers())
+        _open(params)  # the drafters opened (the head trained once) before any worker starts
+        before = sum(common.is_cached(NAME, point_key(params, p)) for p in order)
+        t0 = time.perf_counter()
+        with common.workers(NAME, common.worker_argv(args), n_workers):
+            measure(params, common.share(order, f"0/{n_workers}"), args.budget_seconds, args.prompt_batch)
+        wall = time.perf_counter() - t0
+        new = sum(common.is_cached(NAME, point_key(params, p)) for p in order) - before
+        timing = dict(wall_seconds=wall, prompts_measured=new, workers=n_workers, prompt_batch=args.prompt_batch)
+    points = measure(params, order, 0.0, 1)  # every prompt measured by any process (the cache)
+    scored: dict = {}
+    for p in points:
+        if p is not None:
+            scored[p["task"]] = scored.get(p["task"], 0) + 1
+    points = [p for p in points if p is not None]
     if not points:
         ap.error("no prompt was measured within --budget-seconds and none is cached: give a larger budget")
-    rows = aggregate(params, points, _calibration(params))
+    if len(points) < len(order):
+        print(f"time budget reached: {len(points)} of {len(order)} prompts scored, the rest left for a later run")
+    cal = _calibration(params)
+    rows = aggregate(params, points, cal, timing)
     common.write_rows(NAME, rows)
     with open(common.out_dirs()[0] / f"{NAME}_prompts.jsonl", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in prompt_rows(params, points))
+        f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in prompt_rows(params, points))
     png = common.save_figure(figure(rows), NAME)
     tab = table(rows, params)
     path = common.out_dirs()[1] / f"{NAME}_table.md"
@@ -417,6 +437,8 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     out = main()
+    if not out["figures"]:  # a worker process: its prompts are in the cache
+        raise SystemExit(0)
     print(Path(out["tables"][0]).read_text())
     for line in out["summary"]:
         print(line)

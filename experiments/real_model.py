@@ -65,57 +65,76 @@ def _prompt_rows(r, P_list) -> list[dict]:
     """One row per P of one measured prompt (the re-analysable record)."""
     H, M2 = float(np.nanmean(r.walks.H)), float(np.nanmean(r.walks.M2))
     base = dict(task=r.prompt.task, id=r.prompt.id, prompt_tokens=r.n_tokens, H=H, M2=M2,
-                seconds={k: round(v, 4) for k, v in r.phases.items()})  # fmt: skip
+                seconds={k: round(v, 4) for k, v in r.phases.items()},
+                host_seconds={k: round(v, 4) for k, v in r.host.items()})  # fmt: skip
     return [base | dict(P=P, oracle=float(r.oracle.values[P - 1])) for P in P_list]
 
 
-def measure(params: dict, log) -> tuple[dict, float, float]:
-    """({task: [PromptResult]}, model seconds, forward seconds); stops starting prompts after the budget."""
-    from brwsim.llm.measure import open_and_measure
-    from brwsim.llm.sources import load_source
+def point_key(params: dict, prompt) -> dict:
+    """The cache key of one prompt's measurement (what fixes its numbers; not the batching or the workers)."""
+    keys = ("model", "P", "walks", "depth", "seed", "batch", "dtype")
+    return {k: params[k] for k in keys} | {"task": prompt.task, "id": prompt.id, "text": prompt.text,
+                                          "version": brwsim.__version__}  # fmt: skip
 
-    items = common.prompt_order(params["tasks"], params["n"], params["seed"])
-    source = load_source(params["model"], dtype=params["dtype"], threads=params["threads"])
-    t0, f0, by_task = time.perf_counter(), source.forward_seconds, {t: [] for t in params["tasks"]}
-    results, _ = common.out_dirs()
-    results.mkdir(parents=True, exist_ok=True)
-    with open(results / f"{stem(params['model'])}_prompts.jsonl", "w") as f:
-        for i, p in enumerate(items):
-            if params["budget_seconds"] is not None and time.perf_counter() - t0 > params["budget_seconds"]:
-                log(f"time budget reached after {i} of {len(items)} prompts")
-                break
-            _, r = open_and_measure(source, p, max(params["P"]), params["walks"], params["depth"], params["seed"],
-                                    params["batch"])  # fmt: skip
-            by_task[p.task].append(r)
-            for row in _prompt_rows(r, params["P"]):
-                f.write(json.dumps(row) + "\n")
-            f.flush()
-            log(f"[{i + 1}/{len(items)}] {p.task} {p.id}: {r.n_tokens} tokens, {r.seconds:.1f} s")
-    return by_task, time.perf_counter() - t0, source.forward_seconds - f0
+
+_SOURCE: dict = {}
+
+
+def _source(params: dict):
+    key = (params["model"], params["dtype"], params["threads"])
+    if key not in _SOURCE:
+        from brwsim.llm.sources import load_source
+
+        _SOURCE.clear()
+        _SOURCE[key] = load_source(params["model"], dtype=params["dtype"], threads=params["threads"])
+    return _SOURCE[key]
+
+
+def measure(params: dict, order: list, budget: float | None, width: int, log) -> list:
+    """The measured (cached) point of each prompt of ``order``, None where the budget left it unmeasured."""
+    from brwsim.llm.measure import open_and_measure
+
+    def one(p):
+        _, r = open_and_measure(_source(params), p, max(params["P"]), params["walks"], params["depth"],
+                                params["seed"], params["batch"])  # fmt: skip
+        log(f"{p.task} {p.id}: {r.n_tokens} tokens, model {sum(r.phases.values()):.1f} s")
+        return [r.to_dict()]
+
+    key = lambda p: point_key(params, p)  # noqa: E731
+    return common.measure_prompts(NAME, order, key, one, width, budget, prepare=lambda: _source(params))
 
 
 def _phase_rows(label, rs, seed, extra) -> list[dict]:
     rows = []
     for ph in PHASES:
-        m, c = mean_ci95([r.phases[ph] for r in rs])
+        m, c = mean_ci95([r.phases.get(ph, 0.0) for r in rs])
         rows.append(common.row(label, None, f"seconds_{ph}", m, c, len(rs), seed, **extra))
+        m, c = mean_ci95([r.host.get(ph, 0.0) for r in rs])
+        rows.append(common.row(label, None, f"host_seconds_{ph}", m, c, len(rs), seed, **extra))
     return rows
 
 
-def compute(params: dict) -> list[dict]:
-    from brwsim.llm.measure import summarize_task
+def compute(params: dict, points: list, wall: float, workers: int) -> list[dict]:
+    """The rows of the measured prompts (``points``: each a cached :meth:`PromptResult.to_dict`, or None);
+    ``wall``: seconds the measurement took with ``workers`` processes."""
+    from brwsim.llm.measure import PromptResult, summarize_task
 
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    by_task, model_s, fwd_s = measure(params, log)
+    rs = [PromptResult.from_dict(p[0]) for p in points if p is not None]
+    by_task = {t: [r for r in rs if r.prompt.task == t] for t in params["tasks"]}
+    results, _ = common.out_dirs()
+    results.mkdir(parents=True, exist_ok=True)
+    with open(results / f"{stem(params['model'])}_prompts.jsonl", "w") as f:
+        for r in rs:
+            f.writelines(json.dumps(row, allow_nan=False) + "\n" for row in _prompt_rows(r, params["P"]))
     rows, seed = [], params["seed"]
-    for task, rs in by_task.items():
-        if len(rs) < 2:
+    for task, trs in by_task.items():
+        if len(trs) < 2:
             continue
-        t = summarize_task(task, rs, params["P"], surrogate_trees=params["trees"], seed=seed).to_dict()
-        label, n, extra = f"{params['model']}/{task}", len(rs), dict(model=params["model"], task=task)
+        t = summarize_task(task, trs, params["P"], surrogate_trees=params["trees"], seed=seed).to_dict()
+        label, n, extra = f"{params['model']}/{task}", len(trs), dict(model=params["model"], task=task)
         rows.append(common.row(label, None, "mu", t["mu"], t["mu_ci95"], n, seed, **extra))
         rows.append(common.row(label, None, "mu2", t["mu2"], t["mu2_ci95"], n, seed, **extra))
-        rows += _phase_rows(label, rs, seed, extra)
+        rows += _phase_rows(label, trs, seed, extra)
         for r in t["results"]:
             rows.append(common.row(label, r["P"], "oracle", r["mean"], r["ci95"], n, seed, **extra))
             sur, sur_ci = r["surrogate"], r["surrogate_ci95"]
@@ -129,10 +148,12 @@ def compute(params: dict) -> list[dict]:
             f"no task had the 2 prompts a t interval needs within --budget-seconds {params['budget_seconds']}; "
             "give a larger budget"
         )
-    prompts = sum(len(rs) for rs in by_task.values())
-    frac = fwd_s / model_s if model_s > 0 else None
-    rows.append(common.row(params["model"], None, "forward_fraction", frac, 0.0, prompts, seed,
-                           model_phase_seconds=model_s, forward_seconds=fwd_s))  # fmt: skip
+    model_s = sum(sum(r.phases.values()) for r in rs)
+    host_s = sum(sum(r.host.values()) for r in rs)
+    frac = model_s / (model_s + host_s) if model_s + host_s > 0 else None
+    rows.append(common.row(params["model"], None, "forward_fraction", frac, 0.0, len(rs), seed,
+                           model_phase_seconds=wall, forward_seconds=model_s, host_seconds=host_s,
+                           workers=workers, prompt_batch=params["prompt_batch"]))  # fmt: skip
     return rows
 
 
@@ -185,16 +206,32 @@ def write_entropy(rows: list[dict], name: str = NAME) -> None:
 
 def main(argv=None) -> dict:
     ap = common.parser(NAME, __doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=None, help="prompts per task (default 64; quick: 2)")
-    ap.add_argument("--budget-seconds", type=float, default=None, help="start no prompt after this many seconds")
+    common.add_prompt_options(ap, "start no prompt after this many seconds (each process; 0: only cached ones)")
     help_model = f"target model (default {DEFAULT_MODEL}); another model's outputs are named real_model-MODEL"
     ap.add_argument("--model", default=DEFAULT_MODEL, help=help_model)
     args = ap.parse_args(argv)
+    common.check_prompt_options(ap, args)
     if args.n is not None and args.n < 2:
         ap.error("--n must be at least 2")
-    params = settings(args.quick, args.seed, args.n, args.budget_seconds, args.model)
+    params = settings(args.quick, args.seed, args.n, args.budget_seconds, args.model) | {
+        "prompt_batch": args.prompt_batch
+    }
     name = stem(args.model)
-    rows = common.cached(name, {**params, "version": brwsim.__version__}, lambda: compute(params))
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    order = common.prompt_order(params["tasks"], params["n"], params["seed"])
+    if args.worker is not None:  # one worker's share, into the cache
+        measure(params, common.share(order, args.worker), args.budget_seconds, args.prompt_batch, log)
+        return {"name": name, "figures": [], "summary": []}
+    n_workers = args.workers or (1 if args.quick else common.default_workers())
+    t0 = time.perf_counter()
+    with common.workers(NAME, common.worker_argv(args) + ["--model", args.model], n_workers, log):
+        measure(params, common.share(order, f"0/{n_workers}"), args.budget_seconds, args.prompt_batch, log)
+    wall = time.perf_counter() - t0
+    points = measure(params, order, 0.0, 1, log)  # every prompt measured by any process (the cache)
+    skipped = sum(p is None for p in points)
+    if skipped:
+        log(f"time budget reached: {len(points) - skipped} of {len(points)} prompts measured")
+    rows = compute(params, points, wall, n_workers)
     common.write_rows(name, rows)
     write_entropy(rows, name)
     png = common.save_figure(figure(rows), name)
@@ -208,4 +245,5 @@ def main(argv=None) -> dict:
 if __name__ == "__main__":
     info = main()
     print("\n".join(info["summary"]))
-    print(f"wrote {info['figures'][0]}")
+    if info["figures"]:  # (a worker process writes no figure)
+        print(f"wrote {info['figures'][0]}")

@@ -40,7 +40,8 @@ def _point(task, pid, oracle, values):
         for name, v in values.items()
     ]  # fmt: skip
     return {"task": task, "id": pid, "oracle": oracle, "xi": [[0.5, 1.0, 2.0, 9.0]] * 16, "H": 1.0, "M2": 2.0,
-            "drafters": drafters, "seconds": 1.0, "phases": {"walks": 0.5, "oracle": 0.25}}  # fmt: skip
+            "drafters": drafters, "seconds": 1.0, "phases": {"walks": 0.5, "oracle": 0.25},
+            "host": {"walks": 0.125}}  # fmt: skip
 
 
 def test_real_drafters_scores_the_fixed_builder_with_paired_t_intervals():
@@ -65,6 +66,8 @@ def test_real_drafters_scores_the_fixed_builder_with_paired_t_intervals():
     assert (d["mean"], d["ci95"]) == pytest.approx(paired_ci95([1.0, 3.0, 0.5], [0.2, 0.1, 0.0]))
     secs = {r["phase"]: r["mean"] for r in rows if r["statistic"] == "seconds_per_prompt"}
     assert secs == {"walks": 0.5, "oracle": 0.25}
+    host = {r["phase"]: r["mean"] for r in rows if r["statistic"] == "host_seconds_per_prompt"}
+    assert host == {"walks": 0.125}
     prompt_rows = real_drafters.prompt_rows(params, pts)
     assert len(prompt_rows) == 3 * 2 * 2 * 2  # prompts x P x drafters x builders
     r0 = prompt_rows[0]
@@ -76,7 +79,7 @@ def test_real_drafters_scores_the_fixed_builder_with_paired_t_intervals():
 def test_real_drafters_budget_zero_reads_only_cached_prompts(tmp_path, monkeypatch, capsys):
     """``--budget-seconds 0`` measures nothing new: with an empty cache it is a one-line error (exit 2)."""
     monkeypatch.setenv("BRWSIM_OUT", str(tmp_path))
-    monkeypatch.setattr(real_drafters, "prompt_point", lambda *a: pytest.fail("a prompt was measured"))
+    monkeypatch.setattr(real_drafters, "measure_one", lambda *a: pytest.fail("a prompt was measured"))
     with pytest.raises(SystemExit) as e:
         real_drafters.main(["--quick", "--budget-seconds", "0"])
     assert e.value.code == 2

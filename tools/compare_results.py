@@ -5,9 +5,10 @@
 Reads every ``*.jsonl`` (one tidy row per line) and ``*.json`` file of both
 directories, e.g. the ``results/quick`` folders of two runs of
 ``brwsim reproduce --quick`` with ``BRWSIM_OUT`` pointing at two places, and
-reports every row that differs. Wall-clock fields (``seconds``,
-``model_phase_seconds``, ``forward_seconds`` and the ``forward_fraction``
-rows) are skipped: they are timings, not results. Exit status 0 when every
+reports every row that differs. Timing fields (``seconds``,
+``model_phase_seconds``, ``forward_seconds``, host and per-phase seconds,
+the run's wall seconds and its batching, and the ``forward_fraction`` and
+per-phase seconds rows) are skipped: they are timings, not results. Exit status 0 when every
 row is equal (within ``--rtol`` for floats, default exact), 1 otherwise.
 """
 
@@ -19,8 +20,13 @@ import math
 import sys
 from pathlib import Path
 
-TIMING_KEYS = {"seconds", "model_phase_seconds", "forward_seconds", "total_seconds"}
-TIMING_STATISTICS = {"forward_fraction", "model_phase_seconds"}
+TIMING_KEYS = {"seconds", "model_phase_seconds", "forward_seconds", "total_seconds", "host_seconds", "host",
+               "phases", "wall_seconds", "prompts_measured", "workers", "prompt_batch"}  # fmt: skip
+TIMING_STATISTICS = {"forward_fraction", "model_phase_seconds", "seconds_per_prompt", "host_seconds_per_prompt"}
+
+
+def _timing_statistic(name) -> bool:
+    return isinstance(name, str) and (name in TIMING_STATISTICS or name.startswith(("seconds_", "host_seconds_")))
 
 
 def _rows(path: Path) -> list:
@@ -35,7 +41,7 @@ def _strip(x, paths=()):
             x = x.replace(old, new)
         return x
     if isinstance(x, dict):
-        if x.get("statistic") in TIMING_STATISTICS:
+        if _timing_statistic(x.get("statistic")):
             return {"statistic": x["statistic"]}
         return {k: _strip(v, paths) for k, v in x.items() if k not in TIMING_KEYS}
     if isinstance(x, list):

@@ -6,6 +6,7 @@
     python tools/mutation_check.py mutmut-recheck MODULE     # its survivors again, with today's exact tests
     python tools/mutation_check.py mutmut-sample MODULE N [SEED]  # N random mutants not yet checked
     python tools/mutation_check.py mutmut-counts [MODULE...]  # the scratch copies' counts, as docs/testing.md's table
+    python tools/mutation_check.py mutmut-all [--children N] [MODULE...]  # the full run, resumable (below)
 
 MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
 copies the working tree (brwsim/, tests/, pyproject.toml) to a scratch
@@ -333,6 +334,12 @@ def _sync(dst: str) -> None:
 
 def run_mutmut(module: str, before: bool) -> int:
     """mutmut on one module in a scratch copy; prints the counts (killed, survived, ...)."""
+    dst, tests = _make_scratch(module, before)
+    return _mutmut_in(dst, module + (" (before)" if before else ""), tests, time.time())
+
+
+def _make_scratch(module: str, before: bool) -> tuple[str, list]:
+    """A fresh scratch copy for one module: (its directory, the test files selected)."""
     files, tests = MODULES[module]
     tests = tests if before else EXACT
     tests = [t for t in tests if os.path.exists(os.path.join(SRC, t))]
@@ -349,14 +356,35 @@ def run_mutmut(module: str, before: bool) -> int:
         text,
     )
     open(os.path.join(dst, "pyproject.toml"), "w").write(text)
-    return _mutmut_in(dst, module + (" (before)" if before else ""), tests, time.time())
+    return dst, tests
 
 
-def _mutmut_in(dst: str, what: str, tests, t0: float, names=None) -> int:
+FULL_RUN = ["_stats", "_moments", "theory", "spine_curves", "spine_walks", "specsampling", "estimate", "laws",
+            "drafters", "oracle", "speedup"]  # every core file once (spine = spine_curves + spine_walks)
+
+
+def mutmut_all(modules, children: int) -> int:
+    """The full run over the core: each module's scratch copy made once (with the exact tests) and then only
+    continued, so a run that was stopped goes on where it stopped: its source is first brought up to date
+    (:func:`_sync`: only the changed functions' results are forgotten) and mutmut runs every mutant not yet
+    checked. ``children`` mutants at a time, under ``nice -n 19``."""
+    for module in modules or FULL_RUN:
+        dst = _scratch(module, False)
+        if not os.path.isdir(os.path.join(dst, "mutants")):
+            _make_scratch(module, False)
+        else:
+            _sync(dst)
+        _mutmut_in(dst, module, EXACT, time.time(), children=children)
+        print(mutmut_counts(module), flush=True)
+    return 0
+
+
+def _mutmut_in(dst: str, what: str, tests, t0: float, names=None, children: int = 1) -> int:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutants/ must be the brwsim imported
     env["JAX_PLATFORMS"] = "cpu"
     mutmut = [sys.executable, "-m", "mutmut"]
-    subprocess.run(["nice", "-n", "15", *mutmut, "run", "--max-children", "1", *(names or [])], cwd=dst, env=env)
+    run = ["nice", "-n", "19", *mutmut, "run", "--max-children", str(children), *(names or [])]
+    subprocess.run(run, cwd=dst, env=env)
     out = subprocess.run([*mutmut, "results", "--all", "true"], cwd=dst, env=env, capture_output=True, text=True)
     counts: dict[str, int] = {}
     for line in out.stdout.splitlines():
@@ -376,6 +404,11 @@ def main() -> int:
         return 0
     if sys.argv[1:2] == ["mutmut-sample"]:  # MODULE N [SEED]
         return recheck_mutmut(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if sys.argv[4:] else 0)
+    if sys.argv[1:2] == ["mutmut-all"]:  # [--children N] [MODULE...]
+        args, children = sys.argv[2:], 1
+        if args[:1] == ["--children"]:
+            children, args = int(args[1]), args[2:]
+        return mutmut_all(args, children)
     if sys.argv[1:2] == ["mutmut"]:
         return run_mutmut(sys.argv[2], "--before" in sys.argv[3:])
     if sys.argv[1:2] == ["clusters"]:  # --before: against the module's own tests instead of its exact tests

@@ -79,7 +79,13 @@ def add_parser(sub) -> None:
     s.add_argument("--depth", type=int, default=48, help="tokens per continuation (default 48)")
     s.add_argument("--seed", type=int, default=0, help="seed of the continuations and the surrogate (default 0)")
     s.add_argument("--trees", type=int, default=2000, help="i.i.d. surrogate trees (default 2000)")
-    s.add_argument("--batch", type=int, default=4, help="tree nodes per forward pass (default 4)")
+    s.add_argument("--batch", type=int, default=4, help="tree nodes per oracle pass (default 4)")
+    s.add_argument(
+        "--prompt-batch",
+        type=int,
+        default=8,
+        help="prompts measured together, their passes packed into one (default 8; 1: one at a time)",
+    )
     s.add_argument("--dtype", default="float32", help="float32 (default) or bfloat16")
     s.add_argument("--threads", type=int, default=1, help="torch threads (default 1; see docs/llm.md)")
     s.add_argument(

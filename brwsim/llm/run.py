@@ -33,6 +33,7 @@ from .measure import summarize_task
 from .results import RunResult, TaskResult, Timing
 from .sources import Recorder, check_temperature, load_prompts, load_source
 from .sources._hf import check_threads
+from .sources._rounds import run_concurrently
 
 HELDOUT_TOKENS = 256  # held-out positions for each drafter's calibration (Sequoia's rates, held-out KL)
 
@@ -50,6 +51,7 @@ class RunOptions:
     seed: int = 0
     trees: int = 2000  # i.i.d. surrogate trees
     batch: int = 4
+    prompt_batch: int = 8  # prompts measured together (brwsim.llm.sources._rounds); the numbers do not depend on it
     dtype: str = "float32"
     threads: int | None = 1
     device: str = "auto"
@@ -65,8 +67,8 @@ class RunOptions:
     def checked(self) -> RunOptions:
         """These options with every number and SPEC checked (one-line errors), before any model loads."""
         P = check_P_list(self.P)
-        n, walks, depth, trees, batch = (
-            check_positive_int(k, getattr(self, k)) for k in ("n", "walks", "depth", "trees", "batch")
+        n, walks, depth, trees, batch, prompt_batch = (
+            check_positive_int(k, getattr(self, k)) for k in ("n", "walks", "depth", "trees", "batch", "prompt_batch")
         )
         seed = check_positive_int("seed", self.seed, minimum=0)
         if walks * n < MIN_SPINE_WALKS:
@@ -84,7 +86,8 @@ class RunOptions:
         check_positive_int("check_P", self.check_P)
         check_positive_int("heldout_tokens", self.heldout_tokens, 2)
         T = check_temperature(self.temperature)
-        new = dict(P=tuple(P), n=n, walks=walks, depth=depth, trees=trees, batch=batch, seed=seed, temperature=T)
+        new = dict(P=tuple(P), n=n, walks=walks, depth=depth, trees=trees, batch=batch, seed=seed, temperature=T,
+                   prompt_batch=prompt_batch)  # fmt: skip
         return dataclasses.replace(self, drafters=drafters, **new)
 
     def settings(self) -> DrafterSettings:
@@ -112,17 +115,26 @@ def open_drafters(source, specs, T: float, log=None, heldout_tokens: int = HELDO
 def _measure(source, drafters, cal: list[Calibration | None], items, P_max, opts: RunOptions, log) -> dict:
     """Per task: the prompts' (PromptResult, [DraftedPrompt]) in prompt order.
 
-    In a multi-process run every process measures every ``count()``-th prompt
-    and the results are gathered: a prompt's result depends on the prompt and
-    the seed only, so the rows are those of one process.
+    ``opts.prompt_batch`` prompts are measured together, their model passes
+    packed (:func:`brwsim.llm.sources._rounds.run_concurrently`). In a
+    multi-process run every process measures every ``count()``-th prompt and
+    the results are gathered: a prompt's result depends on the prompt and the
+    seed only, so the rows are those of one process.
     """
     rates = [c.rates if c else None for c in cal]
-    st, mine = opts.settings(), []
-    for i, p in processes.share(list(enumerate(items))):
-        r, drs = measure_prompt_drafters(source, drafters, p, P_max, st, rates)
-        mine.append((i, r, drs))
+    st = opts.settings()
+    share = processes.share(list(enumerate(items)))
+
+    def job(p):
+        return lambda: measure_prompt_drafters(source, drafters, p, P_max, st, rates)
+
+    def done(k, result):
+        (i, p), r = share[k], result[0]
         if log:
             log(f"[{i + 1}/{len(items)}] {p.task} {p.id}: {r.n_tokens} prompt tokens, {r.seconds:.1f} s")
+
+    measured = run_concurrently([job(p) for _, p in share], opts.prompt_batch, done)
+    mine = [(i, r, drs) for (i, _), (r, drs) in zip(share, measured, strict=True)]
     by_task: dict[str, list] = {}
     for _, r, drs in sorted((x for part in processes.gather(mine) for x in part), key=lambda x: x[0]):
         by_task.setdefault(r.prompt.task, []).append((r, drs))

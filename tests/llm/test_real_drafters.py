@@ -208,9 +208,9 @@ def test_guessed_chain_and_shared_check_rows_change_nothing(tiny):
             self.inner, self.root = inner, inner.root
 
         def walker(self, n):
-            from brwsim.llm.sources._hf import HFWalker
+            from brwsim.llm.sources import Walker
 
-            return HFWalker(self.inner, n)
+            return Walker(self.inner, n)
 
     tctx = tiny.open(PROMPT)
     tree = [(0,), (1,), (0, 1), (0, 2), (1, 1), (0, 1, 3), (0, 1, 3, 2)]

@@ -33,12 +33,12 @@ class HFDraftModel(DraftModel):
 class HFDraftContext:
     def __init__(self, src: HFSource, prompt_ids):
         self.src = src
-        self._calls0 = src.forward_calls
         self.inner = src.open(prompt_ids)
 
     @property
     def passes(self) -> int:
-        return self.src.forward_calls - self._calls0
+        """Forward passes this context asked for (the prompt's included)."""
+        return self.inner.passes
 
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)

@@ -34,6 +34,7 @@ import numpy as np
 from ...drafters import sequoia_dp
 from ..measure import PromptResult, oracle_tree, prompt_rng, row_stats, sample_rows, sample_walks
 from ..sources import Context, Prompt, TempSource, Walker, temper
+from ..sources._rounds import attributed, fork, phase
 from ._base import Drafter
 from ._calibrate import row_divergences
 from .lookup import LookupProposer
@@ -218,14 +219,13 @@ def speculative_check(tctx: Context, nodes, samples: int, rng: np.random.Generat
 
 
 class _StatsContext(Context):
-    """The target's context whose walks record their rows; :meth:`finish` then measures :func:`row_divergences`
-    against every drafter view (each drafter asked for all the walks' nodes at once, not step by step)."""
+    """The target's context whose walks record their rows; :meth:`divergences` then measures
+    :func:`row_divergences` against a drafter view (asked for all the walks' nodes at once, not step by step)."""
 
     def __init__(self, inner: Context, views: list):
         self.inner, self.views = inner, views
         self.root = inner.root
         self.steps: list[tuple[list, np.ndarray]] = []  # (prefixes, target rows) of each walk step
-        self.stats: list[list[np.ndarray]] = [[] for _ in views]
 
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)
@@ -233,17 +233,17 @@ class _StatsContext(Context):
     def record(self, prefixes, rows) -> None:
         self.steps.append((list(prefixes), rows))
 
-    def finish(self) -> None:
-        """Every drafter's divergences on the recorded steps (rows asked in one call per drafter)."""
+    def divergences(self, i: int) -> np.ndarray | None:
+        """:func:`row_divergences` of drafter view ``i`` on every recorded step (its rows asked in one call)."""
+        v = self.views[i]
         every = [p for prefixes, _ in self.steps for p in prefixes]
-        for i, v in enumerate(self.views):
-            if v is None or not every:
-                continue
-            lq, at = v.logprobs(every), 0
-            for prefixes, rows in self.steps:
-                self.stats[i].append(row_divergences(rows, lq[at : at + len(prefixes)]))
-                at += len(prefixes)
-        self.steps = []
+        if v is None or not every:
+            return None
+        lq, at, out = v.logprobs(every), 0, []
+        for prefixes, rows in self.steps:
+            out.append(row_divergences(rows, lq[at : at + len(prefixes)]))
+            at += len(prefixes)
+        return np.concatenate(out)
 
     def walker(self, n: int) -> Walker:
         return _StatsWalker(self, n)
@@ -321,8 +321,19 @@ class DrafterSettings:
     heldout_tokens: int = 256  # held-out positions of each drafter's calibration
 
 
-def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, eos, guess=None):
-    """(builder -> nodes at P_max, builder -> values, s_P) of one model drafter (``guess``: the chain's guesses)."""
+@dataclasses.dataclass
+class _Trees:
+    """One drafter's trees on one prompt, before the target values them."""
+
+    nodes: dict  # builder -> nodes at P_max (Sequoia: its tree at the check's budget)
+    sequoia: dict  # P -> Sequoia's tree at P (its trees are not nested)
+    s_P: np.ndarray | None
+    stats: np.ndarray | None = None
+    xi_q: np.ndarray | None = None
+
+
+def _model_trees(view: DraftView, P_max: int, rates, st: DrafterSettings, eos, guess=None) -> _Trees:
+    """One model drafter's trees from its q alone (``guess``: the chain's guesses)."""
     topq, logQ = topq_nodes(view, P_max, st.batch, eos)
     nodes = {
         "topq": topq,
@@ -330,15 +341,21 @@ def _model_trees(view: DraftView, tctx, P_max: int, rates, st: DrafterSettings, 
         "eagle": eagle_nodes(view, P_max, st.top_k, st.eagle_depth, eos),
     }
     seq = sequoia_trees(view, rates, P_max, min(st.check_P, P_max), eos) if rates is not None else {}
-    warm_target(tctx, [*nodes.values(), *seq.values()])
-    values = {b: prefix_values(tctx, n, P_max) for b, n in nodes.items()}
     if rates is not None:
-        values["sequoia"] = np.array([prefix_values(tctx, seq[P], P)[-1] if P in seq else np.nan
-                                      for P in range(1, P_max + 1)])  # fmt: skip
         nodes["sequoia"] = seq[min(st.check_P, P_max)]
     s_P = np.full(P_max, np.inf)
     s_P[: len(logQ)] = -logQ
-    return nodes, values, s_P
+    return _Trees(nodes, seq, s_P)
+
+
+def _values(tctx, trees: _Trees, P_max: int) -> dict:
+    """builder -> E[X | prompt] at P = 1..P_max (Sequoia: at its own trees' budgets, NaN between)."""
+    values = {b: prefix_values(tctx, n, P_max) for b, n in trees.nodes.items() if b != "sequoia"}
+    if trees.sequoia:
+        seq = trees.sequoia
+        values["sequoia"] = np.array([prefix_values(tctx, seq[P], P)[-1] if P in seq else np.nan
+                                      for P in range(1, P_max + 1)])  # fmt: skip
+    return values
 
 
 def sequoia_trees(view: DraftView, rates, P_max: int, P_check: int, eos=frozenset()) -> dict:
@@ -382,38 +399,49 @@ def measure_prompt_drafters(
     ``rates[i]``: drafter i's positional acceptance rates for Sequoia (None: no Sequoia tree).
     """
     t0 = time.perf_counter()
+    attributed(reset=True)
     tsrc = TempSource(target, st.T) if st.T != 1.0 else target
-    ids = tsrc.encode(prompt.text)
-    tctx = tsrc.open(ids)
     eos = target.eos_ids
-    views = [DraftView(d.context(ids), st.T) if d.has_q else None for d in drafters]
-    guess = ChainGuess(ids)
-    sctx = _StatsContext(tctx, views)
+    with phase("open"):
+        ids = tsrc.encode(prompt.text)
+        tctx = tsrc.open(ids)
+    sctx = _StatsContext(tctx, [None] * len(drafters))
     rng = prompt_rng(st.seed, prompt)
-    t1 = time.perf_counter()
-    w = sample_walks(sctx, st.walks, st.depth, rng, P_max, eos) if st.walks > 0 else None
-    sctx.finish()
-    t2 = time.perf_counter()
-    o = oracle_tree(tctx, P_max, batch=st.batch, eos=eos)
-    guess.add(o.prefixes)
-    guess.add(tuple(t[: d + 1]) for t in (w.tokens if w is not None else []) for d in range(len(t)))
-    phases = {"open": t1 - t0, "walks": t2 - t1, "oracle": time.perf_counter() - t2}
+    with phase("walks"):
+        w = sample_walks(sctx, st.walks, st.depth, rng, P_max, eos) if st.walks > 0 else None
+    with phase("oracle"):
+        o = oracle_tree(tctx, P_max, batch=st.batch, eos=eos)
+    walked = [tuple(t[: d + 1]) for t in (w.tokens if w is not None else []) for d in range(len(t))]
+
+    def drafter_job(i: int, d: Drafter):
+        def job() -> tuple:
+            with phase(f"drafter:{d.name}"):
+                if not d.has_q:
+                    return None, _Trees({"lookup_tree": d.tree(ids, P_max), "lookup_chain": d.chain(ids, P_max)},
+                                        {}, None)  # fmt: skip
+                view = sctx.views[i] = DraftView(d.context(ids), st.T)
+                guess = ChainGuess(ids)  # the chain's guesses: the oracle tree and the walks (the same for all)
+                guess.add(o.prefixes)
+                guess.add(walked)
+                trees = _model_trees(view, P_max, rates[i] if rates else None, st, eos, guess)
+                trees.stats = sctx.divergences(i)
+                trees.xi_q = q_surprisals(view, w.tokens, st.depth) if w is not None else None
+                return view, trees
+
+        return job
+
+    # every drafter builds its trees in a thread of its own: in a concurrent run its passes join other prompts'
+    built = fork([drafter_job(i, d) for i, d in enumerate(drafters)])
     out = []
-    for i, (d, view) in enumerate(zip(drafters, views, strict=True)):
-        t3 = time.perf_counter()
-        if view is None:
-            nodes = {"lookup_tree": d.tree(ids, P_max), "lookup_chain": d.chain(ids, P_max)}
-            warm_target(tctx, nodes.values())
-            values = {b: prefix_values(tctx, n, P_max) for b, n in nodes.items()}
-            s_P = xq = stats = None
-        else:
-            nodes, values, s_P = _model_trees(view, tctx, P_max, rates[i] if rates else None, st, eos, guess)
-            guess.add(nodes["chain"])
-            xq = q_surprisals(view, w.tokens, st.depth) if w is not None else None
-            stats = np.concatenate(sctx.stats[i]) if sctx.stats[i] else None
-        t4 = time.perf_counter()
-        check = _checked(nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else None
-        phases[f"drafter:{d.name}"], phases[f"check:{d.name}"] = t4 - t3, time.perf_counter() - t4
+    with phase("values"):
+        warm_target(tctx, [n for _, trees in built for n in [*trees.nodes.values(), *trees.sequoia.values()]])
+    for d, (view, trees) in zip(drafters, built, strict=True):
+        with phase(f"drafter:{d.name}"):
+            values = _values(tctx, trees, P_max)
+        with phase(f"check:{d.name}"):
+            check = _checked(trees.nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else None
         passes = int(view.dctx.passes) if view is not None else 0
-        out.append(DraftedPrompt(d.name, values, stats, xq, s_P, check, passes))
-    return PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0, phases), out
+        out.append(DraftedPrompt(d.name, values, trees.stats, trees.xi_q, trees.s_P, check, passes))
+    secs = attributed(reset=True)
+    result = PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0, secs["model"], secs["host"])
+    return result, out

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
 
 from ..sources import Context, LogitsSource, Prompt
+from ..sources._rounds import attributed, phase
 from ._search import OracleTree, oracle_tree, row_stats, sample_rows
 
 
@@ -53,14 +55,51 @@ def sample_walks(ctx: Context, walks: int, depth: int, rng, K: int, eos=frozense
     return Walks(xi=xi, H=H, M2=M2, pool_logp=np.concatenate(pool), tokens=tokens)
 
 
+def _enc(a) -> dict:
+    """An array as strict JSON: its shape and its values, non-finite ones as null."""
+    a = np.asarray(a, np.float64)
+    return {"shape": list(a.shape), "data": [x if math.isfinite(x) else None for x in a.ravel().tolist()]}
+
+
+def _dec(d: dict, missing: float) -> np.ndarray:
+    """The array of :func:`_enc` (null as ``missing``: NaN after a walk's end, -inf for log 0)."""
+    return np.array([missing if x is None else x for x in d["data"]], np.float64).reshape(d["shape"])
+
+
 @dataclasses.dataclass
 class PromptResult:
     prompt: Prompt
     n_tokens: int
     walks: Walks
     oracle: OracleTree
-    seconds: float
-    phases: dict = dataclasses.field(default_factory=dict)  # phase -> model seconds (open, walks, oracle, ...)
+    seconds: float  # wall seconds (measured beside other prompts: including the time it waited for them)
+    phases: dict = dataclasses.field(default_factory=dict)  # phase -> model seconds (its share of the passes)
+    host: dict = dataclasses.field(default_factory=dict)  # phase -> host CPU seconds (searches, statistics)
+
+    def to_dict(self) -> dict:
+        """Everything measured, as strict JSON (:meth:`from_dict` reads it back; tests check the round trip)."""
+        w, o = self.walks, self.oracle
+        walks = None
+        if w is not None:
+            walks = {"xi": _enc(w.xi), "H": _enc(w.H), "M2": _enc(w.M2), "pool_logp": _enc(w.pool_logp),
+                     "tokens": [[int(t) for t in ts] for ts in w.tokens]}  # fmt: skip
+        oracle = {"values": _enc(o.values), "logP": _enc(o.logP), "depth": [int(x) for x in o.depth],
+                  "prefixes": [[int(t) for t in p] for p in o.prefixes], "evaluated": int(o.evaluated),
+                  "passes": int(o.passes)}  # fmt: skip
+        prompt = {"task": self.prompt.task, "id": self.prompt.id, "text": self.prompt.text}
+        return {"prompt": prompt, "n_tokens": int(self.n_tokens), "walks": walks, "oracle": oracle,
+                "seconds": float(self.seconds), "phases": dict(self.phases), "host": dict(self.host)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PromptResult:
+        w, o = d["walks"], d["oracle"]
+        walks = None
+        if w is not None:
+            walks = Walks(_dec(w["xi"], np.nan), _dec(w["H"], np.nan), _dec(w["M2"], np.nan),
+                          _dec(w["pool_logp"], -np.inf).astype(np.float32), [list(t) for t in w["tokens"]])  # fmt: skip
+        oracle = OracleTree(_dec(o["values"], np.nan), _dec(o["logP"], -np.inf), np.array(o["depth"], np.int64),
+                            [tuple(p) for p in o["prefixes"]], o["evaluated"], o["passes"])  # fmt: skip
+        return cls(Prompt(**d["prompt"]), d["n_tokens"], walks, oracle, d["seconds"], d["phases"], d["host"])
 
 
 def measure_prompt(source: LogitsSource, prompt: Prompt, P_max: int, **kw) -> PromptResult:
@@ -81,17 +120,18 @@ def open_and_measure(
     """(context, :class:`PromptResult`): ``walks`` sampled continuations of ``depth`` tokens (seeded per
     prompt) and the oracle tree up to ``P_max`` (``batch`` nodes per forward pass), keeping the context open."""
     t0 = time.perf_counter()
-    ids = source.encode(prompt.text)
-    ctx = source.open(ids)
+    attributed(reset=True)
+    with phase("open"):
+        ids = source.encode(prompt.text)
+        ctx = source.open(ids)
     K = max(K or 0, P_max)
     rng = prompt_rng(seed, prompt)
-    t1 = time.perf_counter()
-    w = sample_walks(ctx, walks, depth, rng, K, source.eos_ids) if walks > 0 else None
-    t2 = time.perf_counter()
-    o = oracle_tree(ctx, P_max, batch=batch, eos=source.eos_ids)
-    t3 = time.perf_counter()
-    phases = {"open": t1 - t0, "walks": t2 - t1, "oracle": t3 - t2}
-    return ctx, PromptResult(prompt, len(ids), w, o, t3 - t0, phases)
+    with phase("walks"):
+        w = sample_walks(ctx, walks, depth, rng, K, source.eos_ids) if walks > 0 else None
+    with phase("oracle"):
+        o = oracle_tree(ctx, P_max, batch=batch, eos=source.eos_ids)
+    secs = attributed(reset=True)
+    return ctx, PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0, secs["model"], secs["host"])
 
 
 def prompt_rng(seed: int, prompt: Prompt) -> np.random.Generator:

@@ -16,6 +16,12 @@ to float rounding (tests/llm/test_llm.py checks it).
 Walks (:meth:`HFContext.walker`) copy the prompt cache ``n`` times along the
 batch axis and decode the ``n`` continuations in lock-step; finished rows are
 dropped from the cache.
+
+A Llama-architecture model (SmolLM2 and every drafter made from it) is run by
+the packed engine instead (:mod:`._packed`, :class:`PackedContext`): the same
+tree of slots, but each question is a request that :mod:`._rounds` can pack
+with other prompts' questions into one forward pass; walks are tree nodes
+too. Other architectures take the path above, one prompt per pass.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import numpy as np
 from ... import _processes as processes
 from ...errors import BrwsimError
 from .. import require_llm
+from . import _packed, _rounds
 from ._base import Context, LogitsSource, Walker
 
 
@@ -122,10 +129,25 @@ class HFSource(LogitsSource):
                 eos.update(int(x) for x in e)
         self.eos_ids = frozenset(eos)
         self.dtype = next(model.parameters()).dtype
-        self.forward_seconds = 0.0  # wall time inside model forward passes
-        self.forward_calls = 0
-        self.forward_tokens = 0
+        self._seconds = 0.0  # wall time inside model forward passes (the generic path's)
+        self._calls = 0
+        self._tokens = 0
         self.max_pass_nodes = 256  # tree nodes per forward pass (bounds the [nodes, V] logits of one pass)
+        self.engine = _packed.PackedLM(self.model) if _packed.supported(self.model) else None
+        self.calls = _CallEngine(self)  # the generic path's passes, asked through the rounds too
+
+    @property
+    def forward_seconds(self) -> float:
+        """Wall seconds inside forward passes (packed and generic)."""
+        return self._seconds + (self.engine.seconds if self.engine is not None else 0.0)
+
+    @property
+    def forward_calls(self) -> int:
+        return self._calls + (self.engine.passes if self.engine is not None else 0)
+
+    @property
+    def forward_tokens(self) -> int:
+        return self._tokens + (self.engine.tokens_run if self.engine is not None else 0)
 
     def encode(self, text: str) -> list[int]:
         ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
@@ -146,18 +168,91 @@ class HFSource(LogitsSource):
         with torch.inference_mode():
             out = self.model(**kw, use_cache=True)
         synchronize(self.device)
-        self.forward_seconds += time.perf_counter() - t0
-        self.forward_calls += 1
-        self.forward_tokens += int(kw["input_ids"].numel())
+        self._seconds += time.perf_counter() - t0
+        self._calls += 1
+        self._tokens += int(kw["input_ids"].numel())
         return out
+
+    def ask_forward(self, **kw):
+        """:meth:`forward` as a request of the current round (:mod:`._rounds`): one generic pass."""
+        return _rounds.ask(self.calls, _Call(lambda: self.forward(**kw), int(kw["input_ids"].numel())))
 
     def logp_rows(self, logits) -> np.ndarray:
         torch = _torch()
         with torch.inference_mode():
             return to_numpy(torch.log_softmax(logits.float(), dim=-1))
 
-    def open(self, prompt_ids: Sequence[int]) -> HFContext:
-        return HFContext(self, [int(t) for t in prompt_ids])
+    def open(self, prompt_ids: Sequence[int]) -> Context:
+        ids = [int(t) for t in prompt_ids]
+        return PackedContext(self, ids) if self.engine is not None else HFContext(self, ids)
+
+
+class _Call:
+    def __init__(self, fn, tokens: int):
+        self.fn, self.tokens = fn, tokens
+
+
+class _CallEngine:
+    """Generic forward passes as round requests: each runs alone (no packing), in request order."""
+
+    def __init__(self, src: HFSource):
+        self.src = src
+
+    def run(self, requests):
+        return [r.fn() for r in requests]
+
+    def tokens(self, request) -> int:
+        return request.tokens
+
+
+class PackedContext(Context):
+    """One prompt's tree on the packed engine: the prompt's keys and values, one slot per evaluated node, every
+    answer kept. ``passes`` counts the requests this context made (the prompt's included)."""
+
+    def __init__(self, src: HFSource, prompt: list[int]):
+        if not prompt:
+            raise ValueError("empty prompt")
+        self.src = src
+        self.L = len(prompt)
+        self.kv, self.root, _ = _rounds.ask(src.engine, _packed.Open(prompt))
+        self.passes = 1
+        self.slots: dict[tuple[int, ...], int] = {}
+        self.answers: dict[tuple[int, ...], np.ndarray] = {(): self.root}
+
+    def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
+        """Evaluate nodes in one request; each node's parent is evaluated or comes earlier in ``nodes``."""
+        base = self.kv.used
+        slot = dict(self.slots)
+        for i, n in enumerate(nodes):
+            slot[n] = base + i
+        sees = [[slot[n[:d]] for d in range(1, len(n))] for n in nodes]
+        req = _packed.Extend(self.kv, [n[-1] for n in nodes], [self.L + len(n) - 1 for n in nodes], sees)
+        rows = _rounds.ask(self.src.engine, req)
+        self.passes += 1
+        for i, n in enumerate(nodes):
+            self.slots[n] = base + i
+            self.answers[n] = rows[i]
+
+    def logprobs(self, prefixes):
+        """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
+        up to ``max_pass_nodes`` per request (a whole chain in one pass)."""
+        return _tree_logprobs(self, prefixes)
+
+
+def _tree_logprobs(ctx, prefixes) -> np.ndarray:
+    prefixes = [tuple(int(t) for t in p) for p in prefixes]
+    need = set()
+    for p in prefixes:
+        for d in range(1, len(p) + 1):
+            if p[:d] not in ctx.answers:
+                need.add(p[:d])
+    order = sorted(need, key=lambda n: (len(n), n))
+    step = ctx.src.max_pass_nodes
+    for i in range(0, len(order), step):
+        ctx._tree_step(order[i : i + step])
+    if not prefixes:
+        return np.zeros((0, ctx.src.vocab_size), np.float32)
+    return np.stack([ctx.answers[p] for p in prefixes])
 
 
 class HFContext(Context):
@@ -168,7 +263,8 @@ class HFContext(Context):
         self.src = src
         self.L = len(prompt)
         ids = torch.tensor([prompt], device=src.device)
-        out = src.forward(input_ids=ids, logits_to_keep=1)
+        out = src.ask_forward(input_ids=ids, logits_to_keep=1)
+        self.passes = 1
         self.prompt_cache = out.past_key_values
         self.root = src.logp_rows(out.logits[0, -1:])[0]
         self.tree_cache = None
@@ -197,12 +293,13 @@ class HFContext(Context):
         mask.masked_fill_(~allowed, torch.finfo(src.dtype).min)
         ids = torch.tensor([[n[-1] for n in nodes]], device=src.device)
         pos = torch.tensor([[self.L + len(n) - 1 for n in nodes]], device=src.device)
-        out = src.forward(
+        out = src.ask_forward(
             input_ids=ids,
             position_ids=pos,
             attention_mask=mask[None, None].to(src.device),
             past_key_values=self.tree_cache,
         )
+        self.passes += 1
         self.tree_cache = out.past_key_values
         rows = src.logp_rows(out.logits[0])
         for i, n in enumerate(nodes):
@@ -212,17 +309,7 @@ class HFContext(Context):
     def logprobs(self, prefixes):
         """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
         up to ``max_pass_nodes`` per forward pass (a whole chain in one pass)."""
-        prefixes = [tuple(int(t) for t in p) for p in prefixes]
-        need = set()
-        for p in prefixes:
-            for d in range(1, len(p) + 1):
-                if p[:d] not in self.answers:
-                    need.add(p[:d])
-        order = sorted(need, key=lambda n: (len(n), n))
-        step = self.src.max_pass_nodes
-        for i in range(0, len(order), step):
-            self._tree_step(order[i : i + step])
-        return np.stack([self.answers[p] for p in prefixes])
+        return _tree_logprobs(self, prefixes)
 
     def walker(self, n: int) -> HFWalker:
         return HFWalker(self, n)
@@ -245,7 +332,8 @@ class HFWalker(Walker):
         n = len(tokens)
         ids = torch.tensor([[int(t)] for t in tokens], device=src.device)
         pos = torch.full((n, 1), self.ctx.L + self.depth, device=src.device)
-        out = src.forward(input_ids=ids, position_ids=pos, past_key_values=self.cache)
+        out = src.ask_forward(input_ids=ids, position_ids=pos, past_key_values=self.cache)
+        self.ctx.passes += 1
         self.cache = out.past_key_values
         self.depth += 1
         return src.logp_rows(out.logits[:, -1])

@@ -20,8 +20,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 from ....errors import BrwsimError
+from ...sources import _packed, _rounds
 from ...sources._hf import to_numpy
 from .._base import DraftModel
 from ._config import HeadConfig
@@ -40,6 +42,16 @@ class EagleDraftModel(DraftModel):
         self.head_config = HeadConfig(**meta["config"])
         self.vocab_size = int(target.vocab_size)
         self.eos_ids = target.eos_ids
+        self.engine = HeadEngine(self)
+
+    def prompt_features(self, prompt: Sequence[int]):
+        """``[L - 1, H]``: the target's last hidden state before its final norm at every prompt position but the
+        last (the target's packed engine when it has one: a request of the current round)."""
+        eng = getattr(self.target, "engine", None)
+        if eng is not None:
+            return _rounds.ask(eng, _packed.Open([int(t) for t in prompt], hidden=True))[2]
+        with torch.inference_mode():
+            return features(self.target.model, torch.tensor([list(prompt)[:-1]], device=self.device))[0]
 
     @classmethod
     def open(cls, spec, target, log=None):  # pragma: no cover - opened through the eagle-head registration
@@ -69,6 +81,73 @@ class EagleDraftModel(DraftModel):
             return to_numpy(torch.log_softmax(decode(model, out[0, :-1]).float(), dim=-1))
 
 
+class HeadOpen(_packed.Open):
+    """The head's prompt pass: it reads (feature i, token i + 1) at position i for i = 0 .. L - 2."""
+
+    def __init__(self, prompt: list[int], features, T: float):
+        super().__init__(prompt[1:])
+        self.features, self.T = features, T
+
+
+class HeadExtend(_packed.Extend):
+    """New drafted nodes: each reads its parent's predicted feature (``feats [n, H]``) and its own token."""
+
+    def __init__(self, kv, tokens, positions, sees, feats, T: float):
+        super().__init__(kv, tokens, positions, sees)
+        self.feats, self.T = feats, T
+
+
+class HeadEngine:
+    """The head's passes for many drafting contexts at once, packed like the target's (``sources._packed``:
+    one decoder layer, per-request tree attention, the same bits alone or packed). An answer is (keys and values
+    (HeadOpen only), log-probs ``f32[rows, V]``, predicted features ``[rows, H]``)."""
+
+    def __init__(self, dm: EagleDraftModel):
+        head, model = dm.head, dm.target.model
+        self.head, self.model, self.device = head, model, dm.device
+        _, self.norm, self.lm_head, self.embed, self.rotary = parts(model)
+        mlp = _Mlp(head)
+        self.parts = _packed.LayerParts(head.in_norm, head.q, head.k, head.v, head.o, head.post_norm, mlp)
+        self.scale_attn = head.head_dim**-0.5
+        self.dtype = next(head.parameters()).dtype
+        self.max_tokens = 1024
+        self.passes = 0
+
+    def tokens(self, request) -> int:
+        return len(request.ids) if isinstance(request, HeadOpen) else len(request.tokens)
+
+    def run(self, requests: list) -> list:
+        return _packed.split_run(requests, self.tokens, self.max_tokens, self._pass)
+
+    def _pass(self, requests: list) -> list:
+        head, dev = self.head, self.device
+        batch = _packed.Batch(requests, 1, head.kv_heads, head.head_dim, self.dtype, dev)
+        with torch.inference_mode():
+            emb = self.embed(torch.tensor(batch.tokens, dtype=torch.long, device=dev))
+            feats = torch.cat([r.features if isinstance(r, HeadOpen) else r.feats for r in requests])
+            x = _packed._linear(head.fc, torch.cat([feats / head.scale, emb], dim=-1))
+            cos, sin = self.rotary(torch.zeros((), dtype=torch.float32, device=dev), batch.pos[None])
+            x = _packed.decoder_layer(x, cos, sin, self.parts, 0, batch, head.heads, self.scale_attn)
+            out = x * head.scale  # predicted features, at the target's scale
+            decode = lambda rows: _packed._linear(self.lm_head, _packed._linear(self.norm, rows))  # noqa: E731
+            logp = batch.logp(decode, out, [r.T for r in requests])
+            answers = []
+            for r, (a, b), kv, lp in zip(requests, batch.spans, batch.kvs, logp, strict=True):
+                answers.append((kv, lp, out[b - 1 : b].clone() if isinstance(r, HeadOpen) else out[a:b].clone()))
+        batch.commit()
+        self.passes += 1
+        return answers
+
+
+class _Mlp:
+    def __init__(self, head):
+        self.head = head
+
+    def __call__(self, h):
+        hd = self.head
+        return hd.down(F.silu(hd.gate(h)) * hd.up(h))
+
+
 class EagleContext:
     """Questions about the drafter's tree below one prompt; ``passes`` counts head forward passes."""
 
@@ -78,49 +157,27 @@ class EagleContext:
         if not temperature > 0:
             raise BrwsimError(f"temperature must be > 0, got {temperature}")
         self.dm, self.T = dm, temperature
-        self.model = dm.target.model
         self.L = len(prompt)
-        self.device = dev = dm.device
-        ids = torch.tensor([prompt], device=dev)
-        with torch.inference_mode():
-            self.features = features(self.model, ids[:, :-1])[0]  # [L - 1, H]: the target's, verified context
-            emb = parts(self.model)[3](ids[:, 1:])
-            cos, sin = rope(self.model, torch.arange(self.L - 1, device=dev)[None])
-            mask = torch.ones(self.L - 1, self.L - 1, dtype=torch.bool, device=dev).tril()
-            out, self.k, self.v = dm.head.layer(dm.head.embed_in(self.features[None], emb), cos, sin, mask=mask)
+        self.features = dm.prompt_features(prompt)  # [L - 1, H]: the target's, verified context
+        self.kv, rows, feat = _rounds.ask(dm.engine, HeadOpen(prompt, self.features, temperature))
         self.passes = 1
         self.nodes = 0
-        self.feat: dict[tuple[int, ...], torch.Tensor] = {(): out[0, -1]}
-        self.slot: dict[tuple[int, ...], int] = {(): -1}
-        self.answers: dict[tuple[int, ...], np.ndarray] = {(): self._logp(out[0, -1:])[0]}
+        self.feat: dict[tuple[int, ...], torch.Tensor] = {(): feat[0]}
+        self.slot: dict[tuple[int, ...], int] = {}
+        self.answers: dict[tuple[int, ...], np.ndarray] = {(): rows[0]}
         self.root = self.answers[()]
-
-    def _logp(self, feat: torch.Tensor) -> np.ndarray:
-        with torch.inference_mode():
-            return to_numpy(torch.log_softmax(decode(self.model, feat).float() / self.T, dim=-1))
 
     def _step(self, nodes: list[tuple[int, ...]]) -> None:
         """One head pass for ``nodes`` (their parents all evaluated)."""
-        P, S, B = self.L - 1, self.k.shape[2] - (self.L - 1), len(nodes)
-        allowed = torch.zeros((B, P + S + B), dtype=torch.bool)  # built here, moved once
-        allowed[:, :P] = True
+        base = self.kv.used
+        sees = [[self.slot[n[:d]] for d in range(1, len(n))] for n in nodes]
+        fin = torch.stack([self.feat[n[:-1]] for n in nodes])
+        req = HeadExtend(self.kv, [n[-1] for n in nodes], [self.L - 2 + len(n) for n in nodes], sees, fin, self.T)
+        _, rows, feats = _rounds.ask(self.dm.engine, req)
         for i, n in enumerate(nodes):
-            for d in range(1, len(n)):
-                allowed[i, P + self.slot[n[:d]]] = True
-            allowed[i, P + S + i] = True
-        with torch.inference_mode():
-            fin = torch.stack([self.feat[n[:-1]] for n in nodes])[None]
-            dev = self.device
-            emb = parts(self.model)[3](torch.tensor([[n[-1] for n in nodes]], device=dev))
-            cos, sin = rope(self.model, torch.tensor([[self.L - 2 + len(n) for n in nodes]], device=dev))
-            emb_in = self.dm.head.embed_in(fin, emb)
-            out, k, v = self.dm.head.layer(emb_in, cos, sin, self.k, self.v, allowed.to(dev))
-        self.k, self.v = torch.cat([self.k, k], 2), torch.cat([self.v, v], 2)
-        rows = self._logp(out[0])
-        for i, n in enumerate(nodes):
-            self.slot[n], self.feat[n], self.answers[n] = S + i, out[0, i], rows[i]
+            self.slot[n], self.feat[n], self.answers[n] = base + i, feats[i], rows[i]
         self.passes += 1
-        self.nodes += B
+        self.nodes += len(nodes)
 
     def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray:
         """``float32 [len(prefixes), V]``: the drafter's next-token log-probabilities after each prefix."""

@@ -1,0 +1,339 @@
+"""A Llama-architecture transformer run on packed tokens: many prompts' tree questions in one forward pass.
+
+:class:`PackedLM` answers two kinds of request (:class:`Open`, :class:`Extend`)
+for any number of contexts at once. The tokens of every request are packed
+into one sequence of ``T`` rows; embeddings, norms, projections, the MLP and
+the LM head run on all rows together (the weights are read once per pass),
+and only attention is per request, over that request's own keys and values:
+
+- an :class:`Open` request is a prompt: causal attention over its tokens,
+  whose keys and values become the context's prompt cache (:class:`TreeKV`);
+- an :class:`Extend` request is a batch of new tree nodes of one context:
+  node ``i`` is a token at position ``len(prompt) + depth - 1`` that sees the
+  whole prompt, the slots of its own ancestors and itself. Its keys and
+  values take the next free slots of the context's node cache.
+
+Attention over a context reads the prompt's keys in place and gathers only
+the slots the new nodes can see (:func:`tree_attention`), so a pass costs
+what its tokens cost, not what the contexts hold.
+
+Packing changes no bit. The matrix products run on ``T`` padded up to a
+multiple of :data:`ROW_MULTIPLE` rows (zero rows, dropped after): on the
+CPU kernels measured here the product of a row then does not depend on how
+many rows are beside it, while row counts 1-3 and 5-7, 9-11 take other
+kernels whose last bits differ (checked by tests/llm/test_packed.py, which
+requires a request's rows to be bit-identical alone and packed with
+others). Everything else is per row or per request. A prompt's numbers are
+therefore the same whatever was measured beside it.
+
+The modules are the model's own (``input_layernorm``, ``q_proj``, ...,
+``mlp``, ``norm``, ``lm_head``, ``rotary_emb``) and the rotary embedding is
+the model's, so a layer subset (layer skipping, early exit) or a rounded copy
+of the weights (low-bit drafters) runs through the same code. Other
+architectures use the generic transformers path (:mod:`._hf`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+ROW_MULTIPLE = 4  # matrix products on a multiple of this many rows (see the module docstring)
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def supported(model) -> bool:
+    """Whether :class:`PackedLM` can run ``model``: a transformers Llama causal LM (layers with ``self_attn``
+    q/k/v/o projections, ``mlp``, the two norms; ``model.norm``, ``rotary_emb``, an LM head)."""
+    cfg = getattr(model, "config", None)
+    inner = getattr(model, "model", None)
+    if getattr(cfg, "model_type", None) != "llama" or inner is None:
+        return False
+    if any(getattr(inner, n, None) is None for n in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return False
+    names = ("q_proj", "k_proj", "v_proj", "o_proj")
+    for layer in inner.layers:
+        attn = getattr(layer, "self_attn", None)
+        if attn is None or any(getattr(attn, n, None) is None for n in names):
+            return False
+        if any(getattr(layer, n, None) is None for n in ("mlp", "input_layernorm", "post_attention_layernorm")):
+            return False
+    return model.get_output_embeddings() is not None
+
+
+class TreeKV:
+    """One context's keys and values: the prompt's ``[layers, kv heads, L, d]`` and the tree nodes' slots
+    (``used`` of them), grown by doubling."""
+
+    def __init__(self, n_layers: int, kv_heads: int, head_dim: int, dtype, device, prompt_len: int):
+        torch = _torch()
+        shape = (n_layers, kv_heads, prompt_len, head_dim)
+        self.pk = torch.empty(shape, dtype=dtype, device=device)
+        self.pv = torch.empty(shape, dtype=dtype, device=device)
+        self.nk = torch.empty((n_layers, kv_heads, 0, head_dim), dtype=dtype, device=device)
+        self.nv = torch.empty_like(self.nk)
+        self.used = 0
+        self.prompt_len = prompt_len
+
+    def reserve(self, n: int) -> None:
+        """Room for ``n`` more node slots."""
+        torch = _torch()
+        cap = self.nk.shape[2]
+        if self.used + n <= cap:
+            return
+        new = max(64, 2 * cap, self.used + n)
+        shape = (*self.nk.shape[:2], new, self.nk.shape[3])
+        nk, nv = (torch.empty(shape, dtype=self.nk.dtype, device=self.nk.device) for _ in range(2))
+        nk[:, :, : self.used] = self.nk[:, :, : self.used]
+        nv[:, :, : self.used] = self.nv[:, :, : self.used]
+        self.nk, self.nv = nk, nv
+
+
+@dataclasses.dataclass
+class Open:
+    """A prompt: its token ids. The answer: (its :class:`TreeKV`, the last position's log-probs ``f32[V]``, and,
+    with ``hidden``, the last decoder layer's output at every position but the last ``[L - 1, H]``)."""
+
+    ids: list
+    hidden: bool = False
+
+
+@dataclasses.dataclass
+class Extend:
+    """New tree nodes of one context, parents before children: ``tokens[i]`` at ``positions[i]``, seeing the
+    prompt, the node slots ``sees[i]`` (its ancestors') and itself. The answer: their log-probs ``f32[n, V]``;
+    node ``i`` takes slot ``kv.used + i``."""
+
+    kv: TreeKV
+    tokens: list
+    positions: list
+    sees: list
+
+
+def tree_attention(q, kp, vp, kn, vn, mask, scale: float):
+    """Attention of ``q [H, Q, d]`` over a prompt's keys/values ``kp, vp [G, L, d]`` (all visible) and node
+    keys/values ``kn, vn [G, n, d]`` (visible where ``mask [Q, n]``); ``G`` key/value heads shared by ``H / G``
+    query heads each (query head h reads key head h // (H / G)). Returns ``[H, Q, d]``."""
+    torch = _torch()
+    H, Q, d = q.shape
+    G = kn.shape[0]
+    g = H // G
+    qg = q.reshape(G, g * Q, d)
+    L = kp.shape[1]
+    s = torch.cat([qg @ kp.transpose(1, 2), qg @ kn.transpose(1, 2)], dim=-1) * scale
+    s[:, :, L:].masked_fill_(~mask.repeat(g, 1), float("-inf"))
+    p = torch.softmax(s.float(), dim=-1).to(q.dtype)
+    out = p[:, :, L:] @ vn
+    if L:
+        out = out + p[:, :, :L] @ vp
+    return out.reshape(H, Q, d)
+
+
+def _pad_rows(x, multiple: int = ROW_MULTIPLE):
+    torch = _torch()
+    n = x.shape[0]
+    pad = -n % multiple
+    return x if pad == 0 else torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
+
+
+def _linear(module, x):
+    """``module(x)`` for ``x [T, ...]`` on a multiple of :data:`ROW_MULTIPLE` rows (same bits for every ``T``)."""
+    n = x.shape[0]
+    return module(_pad_rows(x))[:n]
+
+
+class Batch:
+    """The packed requests of one pass: their tokens and positions, each request's span of rows, its
+    :class:`TreeKV` (a new one for an :class:`Open` request) and its attention mask."""
+
+    def __init__(self, requests: list, n_layers: int, kv_heads: int, head_dim: int, dtype, device):
+        torch = _torch()
+        self.requests, self.device = requests, device
+        toks, self.positions, self.spans, self.kvs, self.masks = [], [], [], [], []
+        for r in requests:
+            a = len(toks)
+            if isinstance(r, Open):
+                n = len(r.ids)
+                toks += [int(t) for t in r.ids]
+                self.positions += list(range(n))
+                self.kvs.append(TreeKV(n_layers, kv_heads, head_dim, dtype, device, n))
+                self.masks.append(torch.ones((n, n), dtype=torch.bool, device=device).tril())
+            else:
+                r.kv.reserve(len(r.tokens))
+                toks += [int(t) for t in r.tokens]
+                self.positions += [int(p) for p in r.positions]
+                self.kvs.append(r.kv)
+                self.masks.append(_extend_mask(r, device))
+            self.spans.append((a, len(toks)))
+        self.tokens = toks
+        self.pos = torch.tensor(self.positions, dtype=torch.long, device=device)
+
+    def attend(self, q, k, v, li: int, scale: float):
+        """Per request: store its keys/values ``k, v [G, T, d]`` of layer ``li`` and attend ``q [H, T, d]``;
+        returns ``[T, H * d]``."""
+        torch = _torch()
+        H, T, d = q.shape
+        out = torch.empty((T, H * d), dtype=q.dtype, device=q.device)
+        for r, (a, b), kv, m in zip(self.requests, self.spans, self.kvs, self.masks, strict=True):
+            if isinstance(r, Open):
+                kv.pk[li], kv.pv[li] = k[:, a:b], v[:, a:b]
+                none = kv.pk[li, :, :0]
+                o = tree_attention(q[:, a:b], none, none, kv.pk[li], kv.pv[li], m, scale)
+            else:
+                at = kv.used
+                kv.nk[li, :, at : at + b - a] = k[:, a:b]
+                kv.nv[li, :, at : at + b - a] = v[:, a:b]
+                mask, seen = m
+                o = tree_attention(q[:, a:b], kv.pk[li], kv.pv[li], kv.nk[li][:, seen], kv.nv[li][:, seen], mask, scale)
+            out[a:b] = o.transpose(0, 1).reshape(b - a, H * d)
+        return out
+
+    def logp(self, decode, x, T=None) -> list:
+        """Per request, ``log_softmax(decode(rows) / T)`` as ``f32[rows, V]`` on its answer rows (an Open
+        request's last row, an Extend request's every row); ``T`` one temperature per request (None: 1)."""
+        torch = _torch()
+        keep, temps = [], []
+        for i, (r, (a, b)) in enumerate(zip(self.requests, self.spans, strict=True)):
+            rows = [b - 1] if isinstance(r, Open) else list(range(a, b))
+            keep += rows
+            temps += [1.0 if T is None else float(T[i])] * len(rows)
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        logits = decode(x[idx]).float()
+        if any(t != 1.0 for t in temps):
+            logits = logits / torch.tensor(temps, device=logits.device)[:, None]
+        logp = torch.log_softmax(logits, dim=-1).cpu().numpy()
+        out, at = [], 0
+        for r, (a, b) in zip(self.requests, self.spans, strict=True):
+            n = 1 if isinstance(r, Open) else b - a
+            out.append(logp[at : at + n])
+            at += n
+        return out
+
+    def commit(self) -> None:
+        """The Extend requests' new slots are taken."""
+        for r, (a, b) in zip(self.requests, self.spans, strict=True):
+            if isinstance(r, Extend):
+                r.kv.used += b - a
+
+
+def _extend_mask(r: Extend, device):
+    """An Extend request's (mask ``[Q, n]``, the ``n`` node slots its nodes see, in order)."""
+    torch = _torch()
+    base = r.kv.used
+    own = [list(s) + [base + i] for i, s in enumerate(r.sees)]
+    seen = sorted({s for ss in own for s in ss})
+    col = {s: j for j, s in enumerate(seen)}
+    m = np.zeros((len(own), len(seen)), dtype=bool)
+    for i, ss in enumerate(own):
+        m[i, [col[s] for s in ss]] = True
+    return torch.from_numpy(m).to(device), torch.tensor(seen, dtype=torch.long, device=device)
+
+
+@dataclasses.dataclass
+class LayerParts:
+    """One pre-norm decoder layer as callables on rows ``[T, ...]``: the attention's norm and projections, the
+    norm before the MLP and the MLP."""
+
+    in_norm: object
+    q: object
+    k: object
+    v: object
+    o: object
+    post_norm: object
+    mlp: object
+
+
+def llama_parts(layer) -> LayerParts:
+    a = layer.self_attn
+    return LayerParts(layer.input_layernorm, a.q_proj, a.k_proj, a.v_proj, a.o_proj, layer.post_attention_layernorm,
+                      layer.mlp)  # fmt: skip
+
+
+def decoder_layer(x, cos, sin, parts: LayerParts, li: int, batch: Batch, heads: int, scale: float):
+    """One pre-norm decoder layer on packed rows ``x [T, H]`` (rotary ``cos, sin [1, T, d]``; the keys and values
+    of layer ``li`` stored and attended per request by ``batch``)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    T = x.shape[0]
+    h = _linear(parts.in_norm, x)
+    q = _linear(parts.q, h).view(T, heads, -1).transpose(0, 1)
+    d = q.shape[-1]
+    k = _linear(parts.k, h).view(T, -1, d).transpose(0, 1)
+    v = _linear(parts.v, h).view(T, -1, d).transpose(0, 1)
+    q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
+    x = x + _linear(parts.o, batch.attend(q[0], k[0], v, li, scale))
+    return x + _linear(parts.mlp, _linear(parts.post_norm, x))
+
+
+def split_run(requests: list, tokens, max_tokens: int, one_pass) -> list:
+    """``one_pass(group)`` on consecutive groups of at most ``max_tokens`` tokens (a larger request alone)."""
+    out, group, size = [], [], 0
+    for r in requests:
+        n = tokens(r)
+        if group and size + n > max_tokens:
+            out += one_pass(group)
+            group, size = [], 0
+        group.append(r)
+        size += n
+    if group:
+        out += one_pass(group)
+    return out
+
+
+class PackedLM:
+    """A transformers Llama causal LM answering :class:`Open` and :class:`Extend` requests in packed passes
+    (module docstring). ``max_tokens`` bounds the tokens of one pass (a larger list of requests is split)."""
+
+    def __init__(self, model, max_tokens: int = 1024):
+        inner = model.model
+        cfg = getattr(model.config, "text_config", None) or model.config
+        self.model = model
+        self.embed, self.layers, self.norm = inner.embed_tokens, list(inner.layers), inner.norm
+        self.rotary, self.lm_head = inner.rotary_emb, model.get_output_embeddings()
+        self.parts = [llama_parts(layer) for layer in self.layers]
+        self.heads = int(cfg.num_attention_heads)
+        self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
+        self.scale = float(getattr(self.layers[0].self_attn, "scaling", self.head_dim**-0.5))
+        self.dtype = next(model.parameters()).dtype
+        self.device = next(model.parameters()).device
+        self.max_tokens = int(max_tokens)
+        self.passes = 0
+        self.seconds = 0.0
+        self.tokens_run = 0
+
+    def tokens(self, request) -> int:
+        return len(request.ids) if isinstance(request, Open) else len(request.tokens)
+
+    def run(self, requests: list) -> list:
+        """Answers in order (requests packed into passes of at most ``max_tokens`` tokens)."""
+        return split_run(requests, self.tokens, self.max_tokens, self._pass)
+
+    def _pass(self, requests: list) -> list:
+        torch = _torch()
+        t0 = time.perf_counter()
+        batch = Batch(requests, len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
+        with torch.inference_mode():
+            x = self.embed(torch.tensor(batch.tokens, dtype=torch.long, device=self.device))
+            cos, sin = self.rotary(x[None], batch.pos[None])
+            for li, parts in enumerate(self.parts):
+                x = decoder_layer(x, cos, sin, parts, li, batch, self.heads, self.scale)
+            logp = batch.logp(lambda rows: _linear(self.lm_head, _linear(self.norm, rows)), x)
+            answers = []
+            for r, (a, b), kv, lp in zip(requests, batch.spans, batch.kvs, logp, strict=True):
+                if isinstance(r, Open):
+                    answers.append((kv, lp[0], x[a : b - 1].float().clone() if r.hidden else None))
+                else:
+                    answers.append(lp)
+        batch.commit()
+        self.passes += 1
+        self.tokens_run += len(batch.tokens)
+        self.seconds += time.perf_counter() - t0
+        return answers
