@@ -314,6 +314,30 @@ def measure_prompts(name: str, order: list, key, measure, width: int, budget: fl
     return run_concurrently([job(p) for p in order], width)
 
 
+RATES_ENV = "BRWSIM_FLOOR_RATES"  # "BANDWIDTH,FLOPS": the rates a worker's floors use (its parent's)
+
+
+def floor_rates() -> dict:
+    """This machine's copy bandwidth and float32 matmul rate with one torch thread, as every pass's floor uses
+    them (:func:`brwsim.llm.sources._packed.set_rates`): measured here (about two seconds), or a worker's
+    parent's (the environment variable ``BRWSIM_FLOOR_RATES``), so that all processes of a run share them."""
+    from brwsim.llm.sources._packed import set_rates
+
+    if os.environ.get(RATES_ENV):
+        bw, fl = (float(x) for x in os.environ[RATES_ENV].split(","))
+    else:
+        import torch
+
+        from brwsim.speedup._timing import machine_peaks
+
+        torch.set_num_threads(1)
+        peaks = machine_peaks()
+        bw, fl = peaks.bandwidth, peaks.flops
+        os.environ[RATES_ENV] = f"{bw!r},{fl!r}"  # the workers started from here inherit them
+    set_rates(bw, fl)
+    return {"bandwidth": bw, "flops": fl}
+
+
 @contextlib.contextmanager
 def workers(module: str, argv: list[str], n: int, log=print):
     """Run ``python -m experiments.MODULE *argv --worker K/N`` for K = 1 .. N - 1 beside this process (which is

@@ -123,6 +123,8 @@ def _point_rows(prompt, pr, drs, secs) -> dict:
         "seconds": secs,
         "phases": {k: round(v, 4) for k, v in pr.phases.items()},
         "host": {k: round(v, 4) for k, v in pr.host.items()},
+        "tokens": dict(pr.tokens),
+        "floor": {k: round(v, 4) for k, v in pr.floor.items()},
     }
 
 
@@ -168,8 +170,6 @@ def _calibration(params: dict) -> dict:
 
     keys = ("model", "drafters", "head", "heldout")
     return {r["name"]: r for r in common.cached(NAME + "_cal", {k: params[k] for k in keys}, compute)}
-
-
 
 
 def _ci_row(label, P, stat, vals, n, seed, **extra) -> dict:
@@ -298,9 +298,22 @@ def aggregate(params: dict, points: list[dict], cal: dict, timing: dict | None =
     for task in dict.fromkeys(p["task"] for p in points):
         rows += _task_rows(params, task, [p for p in points if p["task"] == task], cal)
     model = sum(sum(p["phases"].values()) for p in points)
-    rows.append(common.row(params["model"], None, "model_phase_seconds", model, 0.0, len(points), params["seed"],
-                           host_seconds=sum(sum(p.get("host", {}).values()) for p in points), **(timing or {})))
-    for kind, key in (("seconds_per_prompt", "phases"), ("host_seconds_per_prompt", "host")):
+    rows.append(
+        common.row(
+            params["model"],
+            None,
+            "model_phase_seconds",
+            model,
+            0.0,
+            len(points),
+            params["seed"],
+            host_seconds=sum(sum(p.get("host", {}).values()) for p in points),
+            **(timing or {}),
+        )
+    )
+    kinds = (("seconds_per_prompt", "phases"), ("host_seconds_per_prompt", "host"), ("tokens_per_prompt", "tokens"),
+             ("floor_seconds_per_prompt", "floor"))  # fmt: skip
+    for kind, key in kinds:
         for ph in dict.fromkeys(k for p in points for k in p.get(key, {})):
             vals = [p[key].get(ph, 0.0) for p in points]
             rows.append(_ci_row(params["model"], None, kind, vals, len(vals), params["seed"], phase=ph))
@@ -398,19 +411,22 @@ def main(argv=None) -> dict:
     require_llm()
     order = common.prompt_order(params["prompts"].split(","), params["n"], params["seed"])
     if args.worker is not None:  # one worker's share, into the cache
+        common.floor_rates()
         measure(params, common.share(order, args.worker), args.budget_seconds, args.prompt_batch)
         return {"name": NAME, "figures": [], "tables": [], "summary": []}
     timing = None
     if args.budget_seconds != 0:  # (0: score only the prompts already measured, open nothing)
         n_workers = args.workers or (1 if args.quick else common.default_workers())
         _open(params)  # the drafters opened (the head trained once) before any worker starts
+        rates = common.floor_rates()
         before = sum(common.is_cached(NAME, point_key(params, p)) for p in order)
         t0 = time.perf_counter()
         with common.workers(NAME, common.worker_argv(args), n_workers):
             measure(params, common.share(order, f"0/{n_workers}"), args.budget_seconds, args.prompt_batch)
         wall = time.perf_counter() - t0
         new = sum(common.is_cached(NAME, point_key(params, p)) for p in order) - before
-        timing = dict(wall_seconds=wall, prompts_measured=new, workers=n_workers, prompt_batch=args.prompt_batch)
+        timing = dict(wall_seconds=wall, prompts_measured=new, workers=n_workers, prompt_batch=args.prompt_batch,
+                      **rates)  # fmt: skip
     points = measure(params, order, 0.0, 1)  # every prompt measured by any process (the cache)
     scored: dict = {}
     for p in points:

@@ -66,7 +66,8 @@ def _prompt_rows(r, P_list) -> list[dict]:
     H, M2 = float(np.nanmean(r.walks.H)), float(np.nanmean(r.walks.M2))
     base = dict(task=r.prompt.task, id=r.prompt.id, prompt_tokens=r.n_tokens, H=H, M2=M2,
                 seconds={k: round(v, 4) for k, v in r.phases.items()},
-                host_seconds={k: round(v, 4) for k, v in r.host.items()})  # fmt: skip
+                host_seconds={k: round(v, 4) for k, v in r.host.items()},
+                floor_seconds={k: round(v, 4) for k, v in r.floor.items()}, tokens=dict(r.tokens))  # fmt: skip
     return [base | dict(P=P, oracle=float(r.oracle.values[P - 1])) for P in P_list]
 
 
@@ -109,12 +110,15 @@ def _phase_rows(label, rs, seed, extra) -> list[dict]:
     for ph in PHASES:
         m, c = mean_ci95([r.phases.get(ph, 0.0) for r in rs])
         rows.append(common.row(label, None, f"seconds_{ph}", m, c, len(rs), seed, **extra))
-        m, c = mean_ci95([r.host.get(ph, 0.0) for r in rs])
-        rows.append(common.row(label, None, f"host_seconds_{ph}", m, c, len(rs), seed, **extra))
+        for kind, acc in (("host_seconds", lambda r: r.host), ("floor_seconds", lambda r: r.floor),
+                          ("tokens", lambda r: r.tokens)):  # fmt: skip
+            if all(ph in acc(r) for r in rs):
+                m, c = mean_ci95([acc(r)[ph] for r in rs])
+                rows.append(common.row(label, None, f"{kind}_{ph}", m, c, len(rs), seed, **extra))
     return rows
 
 
-def compute(params: dict, points: list, wall: float, workers: int) -> list[dict]:
+def compute(params: dict, points: list, wall: float, workers: int, rates: dict | None = None) -> list[dict]:
     """The rows of the measured prompts (``points``: each a cached :meth:`PromptResult.to_dict`, or None);
     ``wall``: seconds the measurement took with ``workers`` processes."""
     from brwsim.llm.measure import PromptResult, summarize_task
@@ -153,7 +157,7 @@ def compute(params: dict, points: list, wall: float, workers: int) -> list[dict]
     frac = model_s / (model_s + host_s) if model_s + host_s > 0 else None
     rows.append(common.row(params["model"], None, "forward_fraction", frac, 0.0, len(rs), seed,
                            model_phase_seconds=wall, forward_seconds=model_s, host_seconds=host_s,
-                           workers=workers, prompt_batch=params["prompt_batch"]))  # fmt: skip
+                           workers=workers, prompt_batch=params["prompt_batch"], **(rates or {})))  # fmt: skip
     return rows
 
 
@@ -219,6 +223,7 @@ def main(argv=None) -> dict:
     name = stem(args.model)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     order = common.prompt_order(params["tasks"], params["n"], params["seed"])
+    rates = common.floor_rates()
     if args.worker is not None:  # one worker's share, into the cache
         measure(params, common.share(order, args.worker), args.budget_seconds, args.prompt_batch, log)
         return {"name": name, "figures": [], "summary": []}
@@ -231,7 +236,7 @@ def main(argv=None) -> dict:
     skipped = sum(p is None for p in points)
     if skipped:
         log(f"time budget reached: {len(points) - skipped} of {len(points)} prompts measured")
-    rows = compute(params, points, wall, n_workers)
+    rows = compute(params, points, wall, n_workers, rates)
     common.write_rows(name, rows)
     write_entropy(rows, name)
     png = common.save_figure(figure(rows), name)

@@ -21,12 +21,16 @@ import sys
 from pathlib import Path
 
 TIMING_KEYS = {"seconds", "model_phase_seconds", "forward_seconds", "total_seconds", "host_seconds", "host",
-               "phases", "wall_seconds", "prompts_measured", "workers", "prompt_batch"}  # fmt: skip
-TIMING_STATISTICS = {"forward_fraction", "model_phase_seconds", "seconds_per_prompt", "host_seconds_per_prompt"}
+               "phases", "wall_seconds", "prompts_measured", "workers", "prompt_batch", "floor", "floor_seconds",
+               "bandwidth", "flops"}  # fmt: skip
+TIMING_STATISTICS = {"forward_fraction", "model_phase_seconds", "seconds_per_prompt", "host_seconds_per_prompt",
+                     "floor_seconds_per_prompt"}  # fmt: skip
 
 
 def _timing_statistic(name) -> bool:
-    return isinstance(name, str) and (name in TIMING_STATISTICS or name.startswith(("seconds_", "host_seconds_")))
+    return isinstance(name, str) and (
+        name in TIMING_STATISTICS or name.startswith(("seconds_", "host_seconds_", "floor_seconds"))
+    )
 
 
 def _rows(path: Path) -> list:

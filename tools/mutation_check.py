@@ -359,8 +359,19 @@ def _make_scratch(module: str, before: bool) -> tuple[str, list]:
     return dst, tests
 
 
-FULL_RUN = ["_stats", "_moments", "theory", "spine_curves", "spine_walks", "specsampling", "estimate", "laws",
-            "drafters", "oracle", "speedup"]  # every core file once (spine = spine_curves + spine_walks)
+FULL_RUN = [
+    "_stats",
+    "_moments",
+    "theory",
+    "spine_curves",
+    "spine_walks",
+    "specsampling",
+    "estimate",
+    "laws",
+    "drafters",
+    "oracle",
+    "speedup",
+]  # every core file once (spine = spine_curves + spine_walks)
 
 
 def mutmut_all(modules, children: int) -> int:

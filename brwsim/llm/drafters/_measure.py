@@ -442,6 +442,5 @@ def measure_prompt_drafters(
             check = _checked(trees.nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else None
         passes = int(view.dctx.passes) if view is not None else 0
         out.append(DraftedPrompt(d.name, values, trees.stats, trees.xi_q, trees.s_P, check, passes))
-    secs = attributed(reset=True)
-    result = PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0, secs["model"], secs["host"])
+    result = PromptResult.timed(prompt, len(ids), w, o, time.perf_counter() - t0, attributed(reset=True))
     return result, out

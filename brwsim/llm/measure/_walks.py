@@ -75,6 +75,14 @@ class PromptResult:
     seconds: float  # wall seconds (measured beside other prompts: including the time it waited for them)
     phases: dict = dataclasses.field(default_factory=dict)  # phase -> model seconds (its share of the passes)
     host: dict = dataclasses.field(default_factory=dict)  # phase -> host CPU seconds (searches, statistics)
+    tokens: dict = dataclasses.field(default_factory=dict)  # phase -> tokens through the models
+    floor: dict = dataclasses.field(default_factory=dict)  # phase -> floor seconds (empty: rates not set)
+
+    @classmethod
+    def timed(cls, prompt, n_tokens, walks, oracle, seconds, accounts: dict) -> PromptResult:
+        """A result whose per-phase accounts are :func:`brwsim.llm.sources._rounds.attributed`'s."""
+        a = accounts
+        return cls(prompt, n_tokens, walks, oracle, seconds, a["model"], a["host"], a["tokens"], a["floor"])
 
     def to_dict(self) -> dict:
         """Everything measured, as strict JSON (:meth:`from_dict` reads it back; tests check the round trip)."""
@@ -88,7 +96,8 @@ class PromptResult:
                   "passes": int(o.passes)}  # fmt: skip
         prompt = {"task": self.prompt.task, "id": self.prompt.id, "text": self.prompt.text}
         return {"prompt": prompt, "n_tokens": int(self.n_tokens), "walks": walks, "oracle": oracle,
-                "seconds": float(self.seconds), "phases": dict(self.phases), "host": dict(self.host)}  # fmt: skip
+                "seconds": float(self.seconds), "phases": dict(self.phases), "host": dict(self.host),
+                "tokens": dict(self.tokens), "floor": dict(self.floor)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> PromptResult:
@@ -99,7 +108,8 @@ class PromptResult:
                           _dec(w["pool_logp"], -np.inf).astype(np.float32), [list(t) for t in w["tokens"]])  # fmt: skip
         oracle = OracleTree(_dec(o["values"], np.nan), _dec(o["logP"], -np.inf), np.array(o["depth"], np.int64),
                             [tuple(p) for p in o["prefixes"]], o["evaluated"], o["passes"])  # fmt: skip
-        return cls(Prompt(**d["prompt"]), d["n_tokens"], walks, oracle, d["seconds"], d["phases"], d["host"])
+        return cls(Prompt(**d["prompt"]), d["n_tokens"], walks, oracle, d["seconds"], d["phases"], d["host"],
+                   d.get("tokens", {}), d.get("floor", {}))  # fmt: skip
 
 
 def measure_prompt(source: LogitsSource, prompt: Prompt, P_max: int, **kw) -> PromptResult:
@@ -130,8 +140,7 @@ def open_and_measure(
         w = sample_walks(ctx, walks, depth, rng, K, source.eos_ids) if walks > 0 else None
     with phase("oracle"):
         o = oracle_tree(ctx, P_max, batch=batch, eos=source.eos_ids)
-    secs = attributed(reset=True)
-    return ctx, PromptResult(prompt, len(ids), w, o, time.perf_counter() - t0, secs["model"], secs["host"])
+    return ctx, PromptResult.timed(prompt, len(ids), w, o, time.perf_counter() - t0, attributed(reset=True))
 
 
 def prompt_rng(seed: int, prompt: Prompt) -> np.random.Generator:

@@ -41,6 +41,53 @@ import time
 import numpy as np
 
 ROW_MULTIPLE = 4  # matrix products on a multiple of this many rows (see the module docstring)
+RATES: dict[str, float] = {}  # this machine's "bandwidth" (bytes/s) and "flops" (FLOP/s), once set_rates is called
+
+
+def set_rates(bandwidth: float, flops: float) -> None:
+    """This machine's memory bandwidth (bytes/s, a copy counting read + write) and float32 matmul rate (FLOP/s),
+    e.g. :func:`brwsim.speedup._timing.machine_peaks`: from then on every pass also accounts its *floor*,
+    max(bytes / bandwidth, FLOPs / rate), which :mod:`._rounds` attributes to phases like model time."""
+    RATES.update(bandwidth=float(bandwidth), flops=float(flops))
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What one pass of an engine must move and compute besides its attention: the weights read once, the
+    multiply-adds per token of its decoder layers, the LM head, and its key/value geometry."""
+
+    weight_bytes: float
+    matmul_params: float  # weight elements multiplied per token (decoder layers and input maps)
+    lm_params: float  # LM head elements, multiplied per answer row
+    vocab: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    elt: int  # bytes per element of the keys and values
+
+    def floor(self, batch: Batch) -> float | None:
+        """The roofline time of one pass of ``batch`` (None until :func:`set_rates`)."""
+        if not RATES:
+            return None
+        T, rows = len(batch.tokens), batch.answer_rows
+        kv = self.layers * 2 * self.kv_heads * self.head_dim * self.elt  # bytes of one token's keys and values
+        flops = 2 * self.matmul_params * T + 2 * self.lm_params * rows
+        flops += self.layers * 4 * self.heads * self.head_dim * batch.scores
+        moved = self.weight_bytes + kv * (batch.keys_read + T) + 4 * self.vocab * rows
+        return max(moved / RATES["bandwidth"], flops / RATES["flops"])
+
+
+def work_of(modules, lm_head, layers: int, heads: int, kv_heads: int, head_dim: int, per_token) -> Work:
+    """The :class:`Work` of an engine: ``modules`` hold every weight read per pass, ``per_token`` the linear maps
+    every token goes through (the LM head apart)."""
+    torch = _torch()
+    params = {id(p): p for m in modules for p in m.parameters()}
+    weight_bytes = sum(p.numel() * p.element_size() for p in params.values())
+    mm = sum(m.weight.numel() for m in per_token if isinstance(m, torch.nn.Linear))
+    w = lm_head.weight
+    return Work(float(weight_bytes), float(mm), float(w.numel()), int(w.shape[0]), layers, heads, kv_heads, head_dim,
+                int(w.element_size()))  # fmt: skip
 
 
 def _torch():
@@ -157,6 +204,7 @@ class Batch:
         torch = _torch()
         self.requests, self.device = requests, device
         toks, self.positions, self.spans, self.kvs, self.masks = [], [], [], [], []
+        self.scores = self.keys_read = self.answer_rows = 0  # query-key pairs, keys read, LM head rows (the floor)
         for r in requests:
             a = len(toks)
             if isinstance(r, Open):
@@ -165,12 +213,19 @@ class Batch:
                 self.positions += list(range(n))
                 self.kvs.append(TreeKV(n_layers, kv_heads, head_dim, dtype, device, n))
                 self.masks.append(torch.ones((n, n), dtype=torch.bool, device=device).tril())
+                self.scores += n * (n + 1) // 2
+                self.keys_read += n
+                self.answer_rows += 1
             else:
                 r.kv.reserve(len(r.tokens))
                 toks += [int(t) for t in r.tokens]
                 self.positions += [int(p) for p in r.positions]
                 self.kvs.append(r.kv)
                 self.masks.append(_extend_mask(r, device))
+                keys = r.kv.prompt_len + int(self.masks[-1][1].numel())
+                self.scores += len(r.tokens) * keys
+                self.keys_read += keys
+                self.answer_rows += len(r.tokens)
             self.spans.append((a, len(toks)))
         self.tokens = toks
         self.pos = torch.tensor(self.positions, dtype=torch.long, device=device)
@@ -308,12 +363,17 @@ class PackedLM:
         self.passes = 0
         self.seconds = 0.0
         self.tokens_run = 0
+        per_token = [m for p in self.parts for m in (p.q, p.k, p.v, p.o, *p.mlp.modules())]
+        self.work = work_of([*self.layers, self.norm, self.lm_head], self.lm_head, len(self.layers), self.heads,
+                            self.kv_heads, self.head_dim, per_token)  # fmt: skip
+        self.last_floor: float | None = None  # the floor of the last run's passes (None: rates not set)
 
     def tokens(self, request) -> int:
         return len(request.ids) if isinstance(request, Open) else len(request.tokens)
 
     def run(self, requests: list) -> list:
         """Answers in order (requests packed into passes of at most ``max_tokens`` tokens)."""
+        self.last_floor = 0.0 if RATES else None
         return split_run(requests, self.tokens, self.max_tokens, self._pass)
 
     def _pass(self, requests: list) -> list:
@@ -336,4 +396,6 @@ class PackedLM:
         self.passes += 1
         self.tokens_run += len(batch.tokens)
         self.seconds += time.perf_counter() - t0
+        if self.last_floor is not None:
+            self.last_floor += self.work.floor(batch)
         return answers

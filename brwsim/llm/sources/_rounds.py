@@ -23,7 +23,8 @@ Time is attributed per thread and phase (:func:`phase`), so that a prompt's
 seconds are what it used, not what it waited: *model* seconds are each
 pass's wall seconds shared among its requests in proportion to their tokens;
 *host* seconds are the thread's own CPU time outside the passes (its tree
-searches, row statistics, sampling). :func:`attributed` returns both.
+searches, row statistics, sampling); the *floor* is shared the same way as
+model seconds. :func:`attributed` returns them, and the tokens.
 """
 
 from __future__ import annotations
@@ -50,12 +51,16 @@ class Aborted(BrwsimError):
 
 
 _local = threading.local()
+# what is attributed per thread and phase: model seconds (a token share of each pass), host CPU seconds, the
+# tokens asked, and the floor seconds of the passes (a token share of each pass's roofline time, when the engine
+# knows this machine's rates: brwsim.llm.sources._packed.set_rates)
+KINDS = ("model", "host", "tokens", "floor")
 
 
 def _state() -> dict:
     st = getattr(_local, "state", None)
     if st is None:
-        st = _local.state = {"phase": "other", "model": {}, "host": {}, "rounds": None, "cpu": time.thread_time()}
+        st = _local.state = {"phase": "other", "rounds": None, "cpu": time.thread_time()} | {k: {} for k in KINDS}
     return st
 
 
@@ -80,12 +85,13 @@ def phase(name: str):
 
 
 def attributed(reset: bool = False) -> dict[str, dict[str, float]]:
-    """This thread's seconds so far: ``{"model": {phase: s}, "host": {phase: s}}`` (``reset``: start again)."""
+    """This thread's accounts so far, ``{kind: {phase: amount}}`` for each of :data:`KINDS` (``reset``: start
+    again from zero)."""
     st = _state()
     _host(st)
-    out = {"model": dict(st["model"]), "host": dict(st["host"])}
+    out = {k: dict(st[k]) for k in KINDS}
     if reset:
-        st["model"], st["host"] = {}, {}
+        st.update({k: {} for k in KINDS})
     return out
 
 
@@ -98,10 +104,14 @@ def run_timed(engine: Engine, requests: list, states: list[dict]) -> list:
     t0 = time.perf_counter()
     out = engine.run(requests)
     dt = time.perf_counter() - t0
+    floor = getattr(engine, "last_floor", None)
     weights = [max(int(engine.tokens(r)), 1) for r in requests]
     total = sum(weights)
     for st, w in zip(states, weights, strict=True):
         _charge(st, "model", st["phase"], dt * w / total)
+        _charge(st, "tokens", st["phase"], w)
+        if floor is not None:
+            _charge(st, "floor", st["phase"], floor * w / total)
     return out
 
 
@@ -213,7 +223,7 @@ def fork(jobs: Sequence[Callable[[], Any]]) -> list:
         rounds.live += 1
     st["cpu"] = time.thread_time()
     for tm in times:
-        for kind in ("model", "host"):
+        for kind in KINDS:
             for name, secs in tm[kind].items():
                 _charge(st, kind, name, secs)
     if errors:

@@ -112,11 +112,16 @@ class HeadEngine:
         self.dtype = next(head.parameters()).dtype
         self.max_tokens = 1024
         self.passes = 0
+        per_token = [head.fc, head.q, head.k, head.v, head.o, head.gate, head.up, head.down]
+        self.work = _packed.work_of([head, self.norm, self.lm_head], self.lm_head, 1, head.heads, head.kv_heads,
+                                    head.head_dim, per_token)  # fmt: skip
+        self.last_floor: float | None = None
 
     def tokens(self, request) -> int:
         return len(request.ids) if isinstance(request, HeadOpen) else len(request.tokens)
 
     def run(self, requests: list) -> list:
+        self.last_floor = 0.0 if _packed.RATES else None
         return _packed.split_run(requests, self.tokens, self.max_tokens, self._pass)
 
     def _pass(self, requests: list) -> list:
@@ -136,6 +141,8 @@ class HeadEngine:
                 answers.append((kv, lp, out[b - 1 : b].clone() if isinstance(r, HeadOpen) else out[a:b].clone()))
         batch.commit()
         self.passes += 1
+        if self.last_floor is not None:
+            self.last_floor += self.work.floor(batch)
         return answers
 
 
