@@ -116,31 +116,27 @@ def supported(model) -> bool:
 
 
 class TreeKV:
-    """One context's keys and values: the prompt's ``[layers, kv heads, L, d]`` and the tree nodes' slots
-    (``used`` of them), grown by doubling."""
+    """One context's keys and values ``[layers, kv heads, slots, d]``: the prompt's in slots ``0 .. L - 1``, the
+    tree nodes' after them (``used`` nodes so far); grown by doubling."""
 
     def __init__(self, n_layers: int, kv_heads: int, head_dim: int, dtype, device, prompt_len: int):
         torch = _torch()
-        shape = (n_layers, kv_heads, prompt_len, head_dim)
-        self.pk = torch.empty(shape, dtype=dtype, device=device)
-        self.pv = torch.empty(shape, dtype=dtype, device=device)
-        self.nk = torch.empty((n_layers, kv_heads, 0, head_dim), dtype=dtype, device=device)
-        self.nv = torch.empty_like(self.nk)
+        shape = (n_layers, kv_heads, prompt_len + 64, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
         self.used = 0
         self.prompt_len = prompt_len
 
     def reserve(self, n: int) -> None:
         """Room for ``n`` more node slots."""
         torch = _torch()
-        cap = self.nk.shape[2]
-        if self.used + n <= cap:
+        have, need = self.k.shape[2], self.prompt_len + self.used + n
+        if need <= have:
             return
-        new = max(64, 2 * cap, self.used + n)
-        shape = (*self.nk.shape[:2], new, self.nk.shape[3])
-        nk, nv = (torch.empty(shape, dtype=self.nk.dtype, device=self.nk.device) for _ in range(2))
-        nk[:, :, : self.used] = self.nk[:, :, : self.used]
-        nv[:, :, : self.used] = self.nv[:, :, : self.used]
-        self.nk, self.nv = nk, nv
+        shape = (*self.k.shape[:2], max(need, 2 * have), self.k.shape[3])
+        k, v = (torch.empty(shape, dtype=self.k.dtype, device=self.k.device) for _ in range(2))
+        k[:, :, :have], v[:, :, :have] = self.k, self.v
+        self.k, self.v = k, v
 
 
 @dataclasses.dataclass
@@ -164,25 +160,6 @@ class Extend:
     sees: list
 
 
-def tree_attention(q, kp, vp, kn, vn, mask, scale: float):
-    """Attention of ``q [H, Q, d]`` over a prompt's keys/values ``kp, vp [G, L, d]`` (all visible) and node
-    keys/values ``kn, vn [G, n, d]`` (visible where ``mask [Q, n]``); ``G`` key/value heads shared by ``H / G``
-    query heads each (query head h reads key head h // (H / G)). Returns ``[H, Q, d]``."""
-    torch = _torch()
-    H, Q, d = q.shape
-    G = kn.shape[0]
-    g = H // G
-    qg = q.reshape(G, g * Q, d)
-    L = kp.shape[1]
-    s = torch.cat([qg @ kp.transpose(1, 2), qg @ kn.transpose(1, 2)], dim=-1) * scale
-    s[:, :, L:].masked_fill_(~mask.repeat(g, 1), float("-inf"))
-    p = torch.softmax(s.float(), dim=-1).to(q.dtype)
-    out = p[:, :, L:] @ vn
-    if L:
-        out = out + p[:, :, :L] @ vp
-    return out.reshape(H, Q, d)
-
-
 def _pad_rows(x, multiple: int = ROW_MULTIPLE):
     torch = _torch()
     n = x.shape[0]
@@ -196,58 +173,101 @@ def _linear(module, x):
     return module(_pad_rows(x))[:n]
 
 
+KEY_BUCKET = 64  # a request's keys are padded to a multiple of this (its queries to one of ROW_MULTIPLE)
+
+
 class Batch:
     """The packed requests of one pass: their tokens and positions, each request's span of rows, its
-    :class:`TreeKV` (a new one for an :class:`Open` request) and its attention mask."""
+    :class:`TreeKV` (a new one for an :class:`Open` request) and the slots its queries see.
 
-    def __init__(self, requests: list, n_layers: int, kv_heads: int, head_dim: int, dtype, device):
+    Attention runs per *bucket*: the requests whose queries and keys, padded up to a multiple of
+    :data:`ROW_MULTIPLE` and :data:`KEY_BUCKET`, have the same shape are one batched matrix product (their keys
+    gathered from their own caches, padding masked out). A request alone is the same product at the same shape,
+    so its rows are the same bits alone or packed (a batched product computes each member as it would alone).
+    """
+
+    def __init__(self, requests: list, n_layers: int, heads: int, kv_heads: int, head_dim: int, dtype, device):
         torch = _torch()
-        self.requests, self.device = requests, device
-        toks, self.positions, self.spans, self.kvs, self.masks = [], [], [], [], []
+        self.requests, self.device, self.group = requests, device, heads // kv_heads
+        toks, self.positions, self.spans, self.kvs, self.writes = [], [], [], [], []
         self.scores = self.keys_read = self.answer_rows = 0  # query-key pairs, keys read, LM head rows (the floor)
-        for r in requests:
+        buckets: dict[tuple[int, int], list] = {}
+        for i, r in enumerate(requests):
             a = len(toks)
             if isinstance(r, Open):
                 n = len(r.ids)
                 toks += [int(t) for t in r.ids]
                 self.positions += list(range(n))
-                self.kvs.append(TreeKV(n_layers, kv_heads, head_dim, dtype, device, n))
-                self.masks.append(torch.ones((n, n), dtype=torch.bool, device=device).tril())
+                kv = TreeKV(n_layers, kv_heads, head_dim, dtype, device, n)
+                first, seen = 0, np.arange(n)
+                mask = np.tril(np.ones((n, n), dtype=bool))
                 self.scores += n * (n + 1) // 2
-                self.keys_read += n
                 self.answer_rows += 1
             else:
-                r.kv.reserve(len(r.tokens))
+                kv = r.kv
+                kv.reserve(len(r.tokens))
                 toks += [int(t) for t in r.tokens]
                 self.positions += [int(p) for p in r.positions]
-                self.kvs.append(r.kv)
-                self.masks.append(_extend_mask(r, device))
-                keys = r.kv.prompt_len + int(self.masks[-1][1].numel())
-                self.scores += len(r.tokens) * keys
-                self.keys_read += keys
+                first = kv.prompt_len + kv.used
+                seen, mask = _extend_seen(r)
+                self.scores += len(r.tokens) * len(seen)
                 self.answer_rows += len(r.tokens)
+            self.keys_read += len(seen)
+            self.kvs.append(kv)
+            self.writes.append(first)
             self.spans.append((a, len(toks)))
+            Q, K = len(toks) - a, len(seen)
+            key = (-(-Q // ROW_MULTIPLE) * ROW_MULTIPLE, -(-K // KEY_BUCKET) * KEY_BUCKET)
+            buckets.setdefault(key, []).append((i, seen, mask))
         self.tokens = toks
         self.pos = torch.tensor(self.positions, dtype=torch.long, device=device)
+        self.buckets = [self._bucket(Qb, Kb, members) for (Qb, Kb), members in buckets.items()]
+
+    def _bucket(self, Qb: int, Kb: int, members: list) -> tuple:
+        """(request indices, their padded key slots ``[R, Kb]``, additive masks ``[R, 1, g Qb, Kb]``, the packed
+        rows each padded query reads ``[R * Qb]``, which of those are real, the rows they answer)."""
+        torch = _torch()
+        R = len(members)
+        idx = np.zeros((R, Kb), dtype=np.int64)
+        add = np.full((R, Qb, Kb), -np.inf, dtype=np.float32)
+        rows, real, dest = np.zeros(R * Qb, dtype=np.int64), [], []
+        for j, (i, seen, mask) in enumerate(members):
+            a, b = self.spans[i]
+            idx[j, : len(seen)] = seen
+            add[j, : b - a, : len(seen)][mask] = 0.0
+            add[j, b - a :, 0] = 0.0  # padding queries see one key (their rows are dropped)
+            rows[j * Qb : j * Qb + Qb] = a
+            rows[j * Qb : j * Qb + b - a] = np.arange(a, b)
+            real += range(j * Qb, j * Qb + b - a)
+            dest += range(a, b)
+        add = np.broadcast_to(add[:, None, None], (R, 1, self.group, Qb, Kb)).reshape(R, 1, self.group * Qb, Kb)
+        dev = self.device
+        tensors = [torch.from_numpy(x).to(dev) for x in (idx, add.copy(), rows, np.array(real), np.array(dest))]
+        return ([i for i, _, _ in members], *tensors)
 
     def attend(self, q, k, v, li: int, scale: float):
-        """Per request: store its keys/values ``k, v [G, T, d]`` of layer ``li`` and attend ``q [H, T, d]``;
-        returns ``[T, H * d]``."""
+        """Store every request's keys/values ``k, v [G, T, d]`` of layer ``li``, then attend ``q [H, T, d]`` bucket
+        by bucket; returns ``[T, H * d]``."""
         torch = _torch()
         H, T, d = q.shape
+        G = k.shape[0]
+        for (a, b), kv, first in zip(self.spans, self.kvs, self.writes, strict=True):
+            kv.k[li, :, first : first + b - a] = k[:, a:b]
+            kv.v[li, :, first : first + b - a] = v[:, a:b]
         out = torch.empty((T, H * d), dtype=q.dtype, device=q.device)
-        for r, (a, b), kv, m in zip(self.requests, self.spans, self.kvs, self.masks, strict=True):
-            if isinstance(r, Open):
-                kv.pk[li], kv.pv[li] = k[:, a:b], v[:, a:b]
-                none = kv.pk[li, :, :0]
-                o = tree_attention(q[:, a:b], none, none, kv.pk[li], kv.pv[li], m, scale)
-            else:
-                at = kv.used
-                kv.nk[li, :, at : at + b - a] = k[:, a:b]
-                kv.nv[li, :, at : at + b - a] = v[:, a:b]
-                mask, seen = m
-                o = tree_attention(q[:, a:b], kv.pk[li], kv.pv[li], kv.nk[li][:, seen], kv.nv[li][:, seen], mask, scale)
-            out[a:b] = o.transpose(0, 1).reshape(b - a, H * d)
+        for members, idx, add, rows, real, dest in self.buckets:
+            R, Kb = idx.shape
+            Qb = rows.shape[0] // R
+            keys = torch.empty((R, G, Kb, d), dtype=q.dtype, device=q.device)
+            vals = torch.empty_like(keys)
+            for j, i in enumerate(members):
+                torch.index_select(self.kvs[i].k[li], 1, idx[j], out=keys[j])
+                torch.index_select(self.kvs[i].v[li], 1, idx[j], out=vals[j])
+            qs = q[:, rows].view(H, R, Qb, d).transpose(0, 1).reshape(R, G, self.group * Qb, d)
+            s = torch.matmul(qs, keys.transpose(2, 3)) * scale + add
+            o = torch.matmul(torch.softmax(s.float(), dim=-1).to(q.dtype), vals)  # [R, G, g Qb, d]
+            o = o.reshape(R, H, Qb, d).transpose(1, 2).reshape(R * Qb, H * d)
+            out[dest] = o[real]
         return out
 
     def logp(self, decode, x, T=None) -> list:
@@ -278,17 +298,17 @@ class Batch:
                 r.kv.used += b - a
 
 
-def _extend_mask(r: Extend, device):
-    """An Extend request's (mask ``[Q, n]``, the ``n`` node slots its nodes see, in order)."""
-    torch = _torch()
-    base = r.kv.used
-    own = [list(s) + [base + i] for i, s in enumerate(r.sees)]
-    seen = sorted({s for ss in own for s in ss})
-    col = {s: j for j, s in enumerate(seen)}
-    m = np.zeros((len(own), len(seen)), dtype=bool)
+def _extend_seen(r: Extend):
+    """An Extend request's (the cache slots its nodes see, in order: the prompt's, then nodes'; mask ``[Q, n]``)."""
+    L, base = r.kv.prompt_len, r.kv.used
+    own = [[L + s for s in ss] + [L + base + i] for i, ss in enumerate(r.sees)]
+    nodes = sorted({s for ss in own for s in ss})
+    col = {s: L + j for j, s in enumerate(nodes)}
+    m = np.zeros((len(own), L + len(nodes)), dtype=bool)
+    m[:, :L] = True
     for i, ss in enumerate(own):
         m[i, [col[s] for s in ss]] = True
-    return torch.from_numpy(m).to(device), torch.tensor(seen, dtype=torch.long, device=device)
+    return np.concatenate([np.arange(L), np.array(nodes, dtype=np.int64)]), m
 
 
 @dataclasses.dataclass
@@ -379,7 +399,7 @@ class PackedLM:
     def _pass(self, requests: list) -> list:
         torch = _torch()
         t0 = time.perf_counter()
-        batch = Batch(requests, len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
+        batch = Batch(requests, len(self.layers), self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
         with torch.inference_mode():
             x = self.embed(torch.tensor(batch.tokens, dtype=torch.long, device=self.device))
             cos, sin = self.rotary(x[None], batch.pos[None])

@@ -126,7 +126,7 @@ class HeadEngine:
 
     def _pass(self, requests: list) -> list:
         head, dev = self.head, self.device
-        batch = _packed.Batch(requests, 1, head.kv_heads, head.head_dim, self.dtype, dev)
+        batch = _packed.Batch(requests, 1, head.heads, head.kv_heads, head.head_dim, self.dtype, dev)
         with torch.inference_mode():
             emb = self.embed(torch.tensor(batch.tokens, dtype=torch.long, device=dev))
             feats = torch.cat([r.features if isinstance(r, HeadOpen) else r.feats for r in requests])
