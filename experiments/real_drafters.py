@@ -314,7 +314,7 @@ def aggregate(params: dict, points: list[dict], cal: dict, timing: dict | None =
     kinds = (("seconds_per_prompt", "phases"), ("host_seconds_per_prompt", "host"), ("tokens_per_prompt", "tokens"),
              ("floor_seconds_per_prompt", "floor"))  # fmt: skip
     for kind, key in kinds:
-        for ph in dict.fromkeys(k for p in points for k in p.get(key, {})):
+        for ph in sorted({k for p in points for k in p.get(key, {})}):
             vals = [p[key].get(ph, 0.0) for p in points]
             rows.append(_ci_row(params["model"], None, kind, vals, len(vals), params["seed"], phase=ph))
     return rows

@@ -47,6 +47,12 @@ class HFDraftContext:
         """Whether the prefix's row is already computed (asking for it costs no pass)."""
         return tuple(prefix) in self.inner.answers
 
+    def forget(self, prefixes) -> None:
+        """Drop the stored rows of these prefixes (a context that cannot keeps them)."""
+        forget = getattr(self.inner, "forget", None)
+        if forget is not None:
+            forget(prefixes)
+
 
 def _share_weights_copy(model):
     """A structural copy of ``model`` whose parameters and buffers are the original tensors (no new memory)."""

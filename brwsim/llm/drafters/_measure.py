@@ -61,12 +61,17 @@ class DraftView(Context):
         return None if known is None else prefix in self._tops or known(prefix)
 
     def tops(self, prefixes) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(token ids, log q) of each prefix's K most likely children, by decreasing q."""
+        """(token ids, log q) of each prefix's K most likely children, by decreasing q. The draft context may
+        then drop those prefixes' whole rows (the builders need only these): a prompt in flight keeps
+        kilobytes per drafted node instead of a row of the vocabulary."""
         need = [p for p in dict.fromkeys(tuple(p) for p in prefixes) if p not in self._tops]
         if need:
             ids, vals, _, _ = row_stats(self.logprobs(need), self.K)
             for j, p in enumerate(need):
                 self._tops[p] = (ids[j], vals[j].astype(np.float64))
+            forget = getattr(self.dctx, "forget", None)
+            if forget is not None:
+                forget(need)
         return [self._tops[tuple(p)] for p in prefixes]
 
 
@@ -417,8 +422,8 @@ def measure_prompt_drafters(
         def job() -> tuple:
             with phase(f"drafter:{d.name}"):
                 if not d.has_q:
-                    return None, _Trees({"lookup_tree": d.tree(ids, P_max), "lookup_chain": d.chain(ids, P_max)},
-                                        {}, None)  # fmt: skip
+                    return 0, _Trees({"lookup_tree": d.tree(ids, P_max), "lookup_chain": d.chain(ids, P_max)},
+                                     {}, None)  # fmt: skip
                 view = sctx.views[i] = DraftView(d.context(ids), st.T)
                 guess = ChainGuess(ids)  # the chain's guesses: the oracle tree and the walks (the same for all)
                 guess.add(o.prefixes)
@@ -426,7 +431,8 @@ def measure_prompt_drafters(
                 trees = _model_trees(view, P_max, rates[i] if rates else None, st, eos, guess)
                 trees.stats = sctx.divergences(i)
                 trees.xi_q = q_surprisals(view, w.tokens, st.depth) if w is not None else None
-                return view, trees
+                sctx.views[i] = None  # the draft context's rows and keys are freed when the job ends
+                return int(view.dctx.passes), trees
 
         return job
 
@@ -435,12 +441,11 @@ def measure_prompt_drafters(
     out = []
     with phase("values"):
         warm_target(tctx, [n for _, trees in built for n in [*trees.nodes.values(), *trees.sequoia.values()]])
-    for d, (view, trees) in zip(drafters, built, strict=True):
+    for d, (passes, trees) in zip(drafters, built, strict=True):
         with phase(f"drafter:{d.name}"):
             values = _values(tctx, trees, P_max)
         with phase(f"check:{d.name}"):
             check = _checked(trees.nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else None
-        passes = int(view.dctx.passes) if view is not None else 0
         out.append(DraftedPrompt(d.name, values, trees.stats, trees.xi_q, trees.s_P, check, passes))
     result = PromptResult.timed(prompt, len(ids), w, o, time.perf_counter() - t0, attributed(reset=True))
     return result, out

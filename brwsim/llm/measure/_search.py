@@ -107,9 +107,15 @@ class _RealTree:
             n = e[4] if e[5] < 0 else self.node_of(e[4], e[5])
             if n not in self.tops and n not in group and self.prefix[n][-1] not in self.eos:
                 group.append(n)
-        ids, vals, _, _ = row_stats(self.ctx.logprobs([self.prefix[n] for n in group]), self.K)
-        for j, n in enumerate(group):
-            self.tops[n] = (ids[j], vals[j].astype(np.float64))
+        asked = [self.prefix[n] for n in group]
+        tops = getattr(self.ctx, "tops", None)  # a drafter view keeps its rows as top-K lists (same K: same lists)
+        if tops is not None and getattr(self.ctx, "K", None) == self.K:
+            for n, (ids, vals) in zip(group, tops(asked), strict=True):
+                self.tops[n] = (ids, vals)
+        else:
+            ids, vals, _, _ = row_stats(self.ctx.logprobs(asked), self.K)
+            for j, n in enumerate(group):
+                self.tops[n] = (ids[j], vals[j].astype(np.float64))
         self.passes += 1
         self.evaluated += len(group)
 

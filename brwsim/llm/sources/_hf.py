@@ -207,7 +207,8 @@ class _CallEngine:
 
 class PackedContext(Context):
     """One prompt's tree on the packed engine: the prompt's keys and values, one slot per evaluated node, every
-    answer kept. ``passes`` counts the requests this context made (the prompt's included)."""
+    answer kept unless :meth:`forget` drops it. ``passes`` counts the requests this context made (the prompt's
+    included)."""
 
     def __init__(self, src: HFSource, prompt: list[int]):
         if not prompt:
@@ -235,16 +236,26 @@ class PackedContext(Context):
 
     def logprobs(self, prefixes):
         """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
-        up to ``max_pass_nodes`` per request (a whole chain in one pass)."""
-        return _tree_logprobs(self, prefixes)
+        up to ``max_pass_nodes`` per request (a whole chain in one pass). A forgotten row asked again is
+        evaluated again (a new slot with the same keys and values)."""
+        return _tree_logprobs(self, prefixes, self.slots)
+
+    def forget(self, prefixes) -> None:
+        """Drop the stored rows of these prefixes (their slots stay: their children cost nothing more)."""
+        for p in prefixes:
+            if p:
+                self.answers.pop(tuple(p), None)
 
 
-def _tree_logprobs(ctx, prefixes) -> np.ndarray:
+def _tree_logprobs(ctx, prefixes, evaluated=None) -> np.ndarray:
+    """Rows of ``prefixes`` from ``ctx.answers``, the missing ones evaluated first (``evaluated``: the nodes that
+    have a slot, whether or not their row is kept; default: those with a row)."""
     prefixes = [tuple(int(t) for t in p) for p in prefixes]
-    need = set()
+    evaluated = ctx.answers if evaluated is None else evaluated
+    need = {p for p in prefixes if p not in ctx.answers}
     for p in prefixes:
-        for d in range(1, len(p) + 1):
-            if p[:d] not in ctx.answers:
+        for d in range(1, len(p)):
+            if p[:d] not in evaluated and p[:d] not in ctx.answers:
                 need.add(p[:d])
     order = sorted(need, key=lambda n: (len(n), n))
     step = ctx.src.max_pass_nodes

@@ -117,7 +117,7 @@ def supported(model) -> bool:
 
 class TreeKV:
     """One context's keys and values ``[layers, kv heads, slots, d]``: the prompt's in slots ``0 .. L - 1``, the
-    tree nodes' after them (``used`` nodes so far); grown by doubling."""
+    tree nodes' after them (``used`` nodes so far); grown by half its size when full."""
 
     def __init__(self, n_layers: int, kv_heads: int, head_dim: int, dtype, device, prompt_len: int):
         torch = _torch()
@@ -133,7 +133,7 @@ class TreeKV:
         have, need = self.k.shape[2], self.prompt_len + self.used + n
         if need <= have:
             return
-        shape = (*self.k.shape[:2], max(need, 2 * have), self.k.shape[3])
+        shape = (*self.k.shape[:2], max(need, have + have // 2), self.k.shape[3])
         k, v = (torch.empty(shape, dtype=self.k.dtype, device=self.k.device) for _ in range(2))
         k[:, :, :have], v[:, :, :have] = self.k, self.v
         self.k, self.v = k, v
