@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 import pytest
-from tiny_llm import tiny_llama
+from tiny_llm import tiny_gemma3, tiny_llama
 
 from brwsim.errors import BrwsimError
 
@@ -36,9 +36,19 @@ def _measure(src, prompt):
     return [ctx.root[None]] + [ctx.logprobs(q) for q in QUESTIONS]
 
 
-def test_packed_context_is_the_generic_one(tiny):
+@pytest.fixture(scope="module")
+def gemma():
+    from brwsim.llm.sources._hf import HFSource
+
+    return HFSource(tiny_gemma3(V, n_layers=3, seed=2), None, name="tiny-gemma", threads=1)
+
+
+@pytest.mark.parametrize("model", ["tiny", "gemma"])
+def test_packed_context_is_the_generic_one(model, request):
     from brwsim.llm.sources._hf import HFContext, PackedContext
 
+    tiny = request.getfixturevalue(model)
+    assert tiny.engine is not None  # both architectures run on the packed engine
     for prompt in PROMPTS:
         p, g = PackedContext(tiny, prompt), HFContext(tiny, prompt)
         np.testing.assert_allclose(p.root, g.root, atol=2e-5)
@@ -138,3 +148,20 @@ def test_open_with_hidden_states_is_the_last_layer_before_the_norm(tiny):
     np.testing.assert_allclose(hidden.numpy(), want.numpy(), atol=1e-5)
     np.testing.assert_allclose(root, tiny.open(prompt).root, atol=0)
     assert kv.prompt_len == len(prompt) and kv.used == 0
+
+
+def test_gemma_rows_are_the_same_bits_alone_and_packed_and_the_window_is_checked(gemma):
+    from brwsim.llm.sources._hf import HFSource
+    from brwsim.llm.sources._rounds import run_concurrently
+
+    alone = [_measure(gemma, p) for p in PROMPTS]
+    packed = run_concurrently([lambda p=p: _measure(gemma, p) for p in PROMPTS], 4)
+    for a, b in zip(alone, packed, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+    narrow = HFSource(tiny_gemma3(V, n_layers=2, seed=2, window=8), None, name="narrow", threads=1)
+    ctx = narrow.open(PROMPTS[0])  # 5 prompt tokens: positions 0-4
+    ctx.logprobs([(1, 1, 1)])  # positions 5-7: inside a window of 8
+    with pytest.raises(BrwsimError, match="sliding attention window") as e:
+        ctx.logprobs([(1, 1, 1, 1)])  # position 8
+    assert "\n" not in str(e.value)

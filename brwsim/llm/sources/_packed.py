@@ -1,4 +1,4 @@
-"""A Llama-architecture transformer run on packed tokens: many prompts' tree questions in one forward pass.
+"""A transformer run on packed tokens: many prompts' tree questions in one forward pass (Llama, Gemma 3).
 
 :class:`PackedLM` answers two kinds of request (:class:`Open`, :class:`Extend`)
 for any number of contexts at once. The tokens of every request are packed
@@ -7,30 +7,33 @@ the LM head run on all rows together (the weights are read once per pass),
 and only attention is per request, over that request's own keys and values:
 
 - an :class:`Open` request is a prompt: causal attention over its tokens,
-  whose keys and values become the context's prompt cache (:class:`TreeKV`);
+  whose keys and values fill the first slots of the context's cache
+  (:class:`TreeKV`);
 - an :class:`Extend` request is a batch of new tree nodes of one context:
   node ``i`` is a token at position ``len(prompt) + depth - 1`` that sees the
   whole prompt, the slots of its own ancestors and itself. Its keys and
-  values take the next free slots of the context's node cache.
+  values take the next free slots of the context's cache.
 
-Attention over a context reads the prompt's keys in place and gathers only
-the slots the new nodes can see (:func:`tree_attention`), so a pass costs
-what its tokens cost, not what the contexts hold.
+A request's attention gathers only the slots its queries can see, so a pass
+costs what its tokens cost, not what the contexts hold; requests of the same
+padded shape attend in one batched product (:class:`Batch`).
 
 Packing changes no bit. The matrix products run on ``T`` padded up to a
 multiple of :data:`ROW_MULTIPLE` rows (zero rows, dropped after): on the
 CPU kernels measured here the product of a row then does not depend on how
-many rows are beside it, while row counts 1-3 and 5-7, 9-11 take other
-kernels whose last bits differ (checked by tests/llm/test_packed.py, which
-requires a request's rows to be bit-identical alone and packed with
-others). Everything else is per row or per request. A prompt's numbers are
-therefore the same whatever was measured beside it.
+many rows are beside it, while row counts 1-3, 5-7 and 9-11 take other
+kernels whose last bits differ. Attention is computed at each request's own
+padded shape, whether it is alone or batched with others, and everything else
+is per row. tests/llm/test_packed.py requires a request's rows to be
+bit-identical alone and packed with others: a prompt's numbers are the same
+whatever was measured beside it.
 
 The modules are the model's own (``input_layernorm``, ``q_proj``, ...,
-``mlp``, ``norm``, ``lm_head``, ``rotary_emb``) and the rotary embedding is
-the model's, so a layer subset (layer skipping, early exit) or a rounded copy
-of the weights (low-bit drafters) runs through the same code. Other
-architectures use the generic transformers path (:mod:`._hf`).
+``mlp``, ``norm``, ``lm_head``, ``rotary_emb``; Gemma 3's query and key norms
+and the norms around its attention and MLP outputs, its rotary table per layer
+type), so a layer subset (layer skipping, early exit) or a rounded copy of the
+weights (low-bit drafters) runs through the same code. Other architectures
+use the generic transformers path (:mod:`._hf`).
 """
 
 from __future__ import annotations
@@ -96,12 +99,18 @@ def _torch():
     return torch
 
 
+ARCHITECTURES = ("llama", "gemma3_text")  # config.model_type of the models the engine runs
+
+
 def supported(model) -> bool:
-    """Whether :class:`PackedLM` can run ``model``: a transformers Llama causal LM (layers with ``self_attn``
-    q/k/v/o projections, ``mlp``, the two norms; ``model.norm``, ``rotary_emb``, an LM head)."""
+    """Whether :class:`PackedLM` can run ``model``: a transformers Llama or Gemma 3 (text) causal LM with the
+    modules it reads (layers with ``self_attn`` q/k/v/o projections, ``mlp``, their norms; ``model.norm``,
+    ``rotary_emb``, an LM head) and no attention-logit soft-capping."""
     cfg = getattr(model, "config", None)
     inner = getattr(model, "model", None)
-    if getattr(cfg, "model_type", None) != "llama" or inner is None:
+    if getattr(cfg, "model_type", None) not in ARCHITECTURES or inner is None:
+        return False
+    if getattr(cfg, "attn_logit_softcapping", None) is not None:
         return False
     if any(getattr(inner, n, None) is None for n in ("embed_tokens", "layers", "norm", "rotary_emb")):
         return False
@@ -314,7 +323,9 @@ def _extend_seen(r: Extend):
 @dataclasses.dataclass
 class LayerParts:
     """One pre-norm decoder layer as callables on rows ``[T, ...]``: the attention's norm and projections, the
-    norm before the MLP and the MLP."""
+    norm before the MLP and the MLP. Gemma 3 adds norms of the queries and keys per head (``q_norm``,
+    ``k_norm``), of the attention's output (``attn_out_norm``) and of the MLP's (``mlp_out_norm``), and a
+    rotary table per layer type (``rope``)."""
 
     in_norm: object
     q: object
@@ -323,10 +334,21 @@ class LayerParts:
     o: object
     post_norm: object
     mlp: object
+    q_norm: object = None
+    k_norm: object = None
+    attn_out_norm: object = None
+    mlp_out_norm: object = None
+    rope: str | None = None
 
 
 def llama_parts(layer) -> LayerParts:
+    """A transformers Llama or Gemma 3 decoder layer's parts."""
     a = layer.self_attn
+    if hasattr(layer, "pre_feedforward_layernorm"):  # Gemma 3: the norms around attention and MLP outputs
+        return LayerParts(layer.input_layernorm, a.q_proj, a.k_proj, a.v_proj, a.o_proj,
+                          layer.pre_feedforward_layernorm, layer.mlp, a.q_norm, a.k_norm,
+                          layer.post_attention_layernorm, layer.post_feedforward_layernorm,
+                          getattr(a, "layer_type", None))  # fmt: skip
     return LayerParts(layer.input_layernorm, a.q_proj, a.k_proj, a.v_proj, a.o_proj, layer.post_attention_layernorm,
                       layer.mlp)  # fmt: skip
 
@@ -338,13 +360,17 @@ def decoder_layer(x, cos, sin, parts: LayerParts, li: int, batch: Batch, heads: 
 
     T = x.shape[0]
     h = _linear(parts.in_norm, x)
-    q = _linear(parts.q, h).view(T, heads, -1).transpose(0, 1)
+    q = _linear(parts.q, h).view(T, heads, -1)
     d = q.shape[-1]
-    k = _linear(parts.k, h).view(T, -1, d).transpose(0, 1)
+    k = _linear(parts.k, h).view(T, -1, d)
     v = _linear(parts.v, h).view(T, -1, d).transpose(0, 1)
-    q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
-    x = x + _linear(parts.o, batch.attend(q[0], k[0], v, li, scale))
-    return x + _linear(parts.mlp, _linear(parts.post_norm, x))
+    if parts.q_norm is not None:
+        q, k = parts.q_norm(q), parts.k_norm(k)
+    q, k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)
+    a = _linear(parts.o, batch.attend(q[0], k[0], v, li, scale))
+    x = x + (a if parts.attn_out_norm is None else parts.attn_out_norm(a))
+    m = _linear(parts.mlp, _linear(parts.post_norm, x))
+    return x + (m if parts.mlp_out_norm is None else parts.mlp_out_norm(m))
 
 
 def split_run(requests: list, tokens, max_tokens: int, one_pass) -> list:
@@ -377,6 +403,9 @@ class PackedLM:
         self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
         self.scale = float(getattr(self.layers[0].self_attn, "scaling", self.head_dim**-0.5))
+        windows = [getattr(layer.self_attn, "sliding_window", None) for layer in self.layers]
+        self.window = min((w for w in windows if w), default=None)  # positions must stay below it (no mask)
+        self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
         self.max_tokens = int(max_tokens)
@@ -391,6 +420,14 @@ class PackedLM:
     def tokens(self, request) -> int:
         return len(request.ids) if isinstance(request, Open) else len(request.tokens)
 
+    def _decode(self, rows):
+        """The LM head's logits of final hidden states (soft-capped where the model caps them)."""
+        torch = _torch()
+        logits = _linear(self.lm_head, _linear(self.norm, rows))
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
     def run(self, requests: list) -> list:
         """Answers in order (requests packed into passes of at most ``max_tokens`` tokens)."""
         self.last_floor = 0.0 if RATES else None
@@ -400,12 +437,21 @@ class PackedLM:
         torch = _torch()
         t0 = time.perf_counter()
         batch = Batch(requests, len(self.layers), self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
+        if self.window is not None and batch.positions and max(batch.positions) >= self.window:
+            from ...errors import BrwsimError
+
+            raise BrwsimError(
+                f"a tree node at position {max(batch.positions)} is past this model's sliding attention window "
+                f"({self.window} tokens), which the packed engine does not mask: lower --max-prompt-tokens or P"
+            )
         with torch.inference_mode():
             x = self.embed(torch.tensor(batch.tokens, dtype=torch.long, device=self.device))
-            cos, sin = self.rotary(x[None], batch.pos[None])
+            ropes = {p.rope for p in self.parts}
+            tables = {r: self.rotary(x[None], batch.pos[None], *([r] if r else [])) for r in ropes}
             for li, parts in enumerate(self.parts):
+                cos, sin = tables[parts.rope]
                 x = decoder_layer(x, cos, sin, parts, li, batch, self.heads, self.scale)
-            logp = batch.logp(lambda rows: _linear(self.lm_head, _linear(self.norm, rows)), x)
+            logp = batch.logp(self._decode, x)
             answers = []
             for r, (a, b), kv, lp in zip(requests, batch.spans, batch.kvs, logp, strict=True):
                 if isinstance(r, Open):
