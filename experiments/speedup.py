@@ -336,6 +336,7 @@ def main(argv=None) -> dict:
                      f"{b.smallest}; point best {b.P_hat}")  # fmt: skip
     cost = next(c[2].cost for c in curves if c[0] == "cpu")
     dt = drafter_tables(params, cost)
+    counts = {r["law"].split("/")[-1]: r["trees"] for r in _read("real_drafters") if r["statistic"] == "oracle"}
     for panel, task, name, t in dt:
         b = t.best
         rows.append(common.row(f"{MODEL}/{task}", b.P, "drafter_best_speedup", b.speedup, b.speedup_ci95, 0,
@@ -343,7 +344,7 @@ def main(argv=None) -> dict:
                                draft_cost=t.draft.kind, ex=b.ex))  # fmt: skip
         lines.append(f"{panel} {task} {name}: best P = {b.P}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
                      f"(estimate; draft pass {1e3 * t.draft.t_pass:.3g} ms, {t.draft.kind}; E[X] over the "
-                     "real-drafters prompts, fewer than the real-model run's)")  # fmt: skip
+                     f"real-drafters run's {counts.get(task, '?')} prompts)")  # fmt: skip
     figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []
     common.write_rows(NAME, rows)
     write_cpu_cost(cost)

@@ -30,8 +30,8 @@ def test_best_P_set_without_noise_is_the_argmax():
     times = {0: [1.0] * 3, 1: [1.0] * 3, 2: [1.2] * 3, 4: [1.2] * 3}
     b = best_P_set(ex, times, replicates=50)
     assert b.P_hat == 4 and b.near_best == [4] and b.smallest == 4
-    assert b.speedup == pytest.approx({1: 2.0, 2: 2.5, 4: 3.5 / 1.2})
-    assert b.argmax_share == {1: 0.0, 2: 0.0, 4: 1.0}
+    assert b.speedup == pytest.approx({0: 1.0, 1: 2.0, 2: 2.5, 4: 3.5 / 1.2})  # P = 0: plain decoding
+    assert b.argmax_share == {0: 0.0, 1: 0.0, 2: 0.0, 4: 1.0}
 
 
 def test_best_P_set_names_the_smallest_of_exact_ties():
@@ -50,8 +50,17 @@ def test_best_P_set_widens_with_noisy_prompts_and_draft_cost():
     assert b.near_best == [2, 4] and b.smallest == 2
     # a draft cost that grows with P moves the best down
     c = best_P_set({1: [1.0], 2: [1.5], 4: [2.0]}, {0: [1.0], 1: [1.0], 2: [1.0], 4: [1.0]}, lambda P: 0.25 * P)
-    assert c.speedup == pytest.approx({1: 2.0 / 1.25, 2: 2.5 / 1.5, 4: 3.0 / 2.0})
+    assert c.speedup == pytest.approx({0: 1.0, 1: 2.0 / 1.25, 2: 2.5 / 1.5, 4: 3.0 / 2.0})
     assert c.near_best == [2]
+
+
+def test_best_P_set_is_plain_decoding_when_no_budget_pays():
+    # E[X] grows slower than the pass: every budget is below speedup 1, so the best is not to speculate
+    ex = {1: [0.2, 0.3], 2: [0.4, 0.5], 4: [0.6, 0.7]}
+    times = {0: [1.0] * 3, 1: [1.5] * 3, 2: [2.0] * 3, 4: [3.0] * 3}
+    b = best_P_set(ex, times, replicates=50)
+    assert (b.P_hat, b.near_best, b.smallest) == (0, [0], 0) and b.speedup[0] == 1.0
+    assert b.speedup == pytest.approx({0: 1.0, 1: 1.25 / 1.5, 2: 1.45 / 2.0, 4: 1.65 / 3.0})
 
 
 def test_best_P_set_needs_the_plain_step():

@@ -644,7 +644,7 @@ def test_best_P_set_by_enumeration():
     # S(2) - S(1) = 2/2 - 2/1.25 = -0.6, -0.25, and 5/2 - 3/1.25 = +0.1; the upper 97.5% point is +0.1 >= 0
     b = best_P_set({1: [1.0, 2.0], 2: [1.0, 4.0]}, times, replicates=400, seed=3)
     assert (b.P_hat, b.near_best, b.smallest, b.replicates) == (1, [1, 2], 1, 400)
-    assert b.speedup == pytest.approx({1: 2.0, 2: 1.75})
+    assert b.speedup == pytest.approx({0: 1.0, 1: 2.0, 2: 1.75})  # P = 0: plain decoding, speedup 1
     # P = 2 wins only when both resampled prompts are the second: a share of 1/4 (standard error 0.022)
     assert b.argmax_share[2] == pytest.approx(0.25, abs=0.09) and b.argmax_share[1] == 1 - b.argmax_share[2]
     assert b.to_dict()["near_best"] == [1, 2] and b.to_dict()["P_hat"] == 1
@@ -652,22 +652,22 @@ def test_best_P_set_by_enumeration():
     assert best_P_set({1: [1.0, 2.0], 2: [1.0, 4.0]}, times, replicates=400, level=0.2).near_best == [1]
     # second prompt 3 instead of 4: S(2) - S(1) is at most 4/2 - 3/1.25 = -0.4 in every replicate
     b = best_P_set({1: [1.0, 2.0], 2: [1.0, 3.0]}, times, replicates=200)
-    assert (b.near_best, b.argmax_share) == ([1], {1: 1.0, 2: 0.0})
+    assert (b.near_best, b.argmax_share) == ([1], {0: 0.0, 1: 1.0, 2: 0.0})
 
 
 def test_best_P_set_fits_times_and_counts_drafting():
     # one repeat per budget (no timing noise to resample) and one prompt: every replicate is the point estimate
     b = best_P_set({1: [1.0], 2: [2.0]}, {0: [1.0], 1: [2.0], 2: [1.0]}, replicates=20)
     # medians 1, 2, 1 fitted non-decreasing: 1, 1.5, 1.5
-    assert b.speedup == pytest.approx({1: 2.0 / 1.5, 2: 3.0 / 1.5}) and b.P_hat == 2 and b.near_best == [2]
-    assert b.argmax_share == {1: 0.0, 2: 1.0}
+    assert b.speedup == pytest.approx({0: 1.0, 1: 2.0 / 1.5, 2: 3.0 / 1.5}) and b.P_hat == 2 and b.near_best == [2]
+    assert b.argmax_share == {0: 0.0, 1: 0.0, 2: 1.0}
     b = best_P_set({1: [1.0], 2: [2.0]}, {0: [1.0], 1: [2.0, 2.0, 2.0], 2: [1.0]}, replicates=20)
-    assert b.speedup == pytest.approx({1: 2.0 / 1.75, 2: 3.0 / 1.75})  # weighted by repeats: (3 x 2 + 1) / 4
+    assert b.speedup == pytest.approx({0: 1.0, 1: 2.0 / 1.75, 2: 3.0 / 1.75})  # weighted by repeats: (3 x 2 + 1) / 4
     b = best_P_set({1: [1.0], 2: [2.0]}, {0: [1.0], 1: [1.0], 2: [1.0]}, t_draft=lambda P: 0.5 * P, replicates=20)
-    assert b.speedup == pytest.approx({1: 2.0 / 1.5, 2: 3.0 / 2.0}) and b.P_hat == 2
+    assert b.speedup == pytest.approx({0: 1.0, 1: 2.0 / 1.5, 2: 3.0 / 2.0}) and b.P_hat == 2
     # exact ties: the smaller budget is the best and both are near it
     b = best_P_set({2: [1.0], 1: [1.0]}, {0: [1.0], 1: [1.0], 2: [1.0]}, replicates=20)
-    assert (b.P_hat, b.near_best, b.smallest, b.argmax_share) == (1, [1, 2], 1, {1: 1.0, 2: 0.0})
+    assert (b.P_hat, b.near_best, b.smallest, b.argmax_share) == (1, [1, 2], 1, {0: 0.0, 1: 1.0, 2: 0.0})
     b = best_P_set({1: [0.5], 2: [1.0], 3: [3.0]}, {0: [1.0], 1: [1.0], 2: [1.0], 3: [4.0]}, replicates=20)
     assert (b.P_hat, b.near_best, b.smallest) == (2, [2], 2)
     for times in ({1: [1.0], 2: [1.0]}, {0: [1.0], 1: [1.0]}):
@@ -1078,7 +1078,7 @@ def test_best_P_set_takes_medians_in_double_precision():
     # one (float32 arithmetic rounds the mean to 1); t(1) = 2, E[X](1) = 1: speedup (1 + 1) (1 + 2^-24) / 2
     t0 = np.array([1.0, 1.0 + 2.0**-23], dtype=np.float32)
     b = best_P_set({1: [1.0]}, {0: t0, 1: [2.0]}, replicates=20)
-    assert b.speedup == {1: 1.0 + 2.0**-24}
+    assert b.speedup == {0: 1.0, 1: 1.0 + 2.0**-24}
 
 
 def test_best_P_set_resamples_the_timing_repeats():
@@ -1087,7 +1087,7 @@ def test_best_P_set_resamples_the_timing_repeats():
     # t(1) = 1: S(1) = 2 beats 1.5 (share 1/4); t(1) = 2: 1 < 1.5; t(1) = 3 pools with t(2) = 2 at weights 2 and 1
     # to 8/3: S(1) = 0.75 < S(2) = 1.125. S(1) - S(2) reaches +0.5: both budgets are near, the smallest is P = 1
     b = best_P_set({1: [1.0], 2: [2.0]}, {0: [1.0], 1: [1.0, 3.0], 2: [2.0]}, replicates=400, seed=1)
-    assert (b.P_hat, b.near_best, b.smallest) == (2, [1, 2], 1) and b.speedup == pytest.approx({1: 1.0, 2: 1.5})
+    assert (b.P_hat, b.near_best, b.smallest) == (2, [1, 2], 1) and b.speedup == pytest.approx({0: 1.0, 1: 1.0, 2: 1.5})
     assert b.argmax_share[1] == pytest.approx(0.25, abs=0.09)  # standard error 0.022
 
 

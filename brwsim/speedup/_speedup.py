@@ -165,8 +165,8 @@ class BestP:
 
 
 def _speedups(ex: np.ndarray, t: np.ndarray, Ps: Sequence[int], t_draft: Callable[[int], float]) -> np.ndarray:
-    """(E[X](P) + 1) t(0) / (t(P) + t_draft(P)) for each P of ``Ps`` (t[0] is P = 0)."""
-    return np.array([(ex[i] + 1.0) * t[0] / (t[i + 1] + t_draft(P)) for i, P in enumerate(Ps)])
+    """(E[X](P) + 1) t(0) / (t(P) + t_draft(P)) for each P of ``Ps`` (``t[i]`` is P = ``Ps[i]``'s; ``Ps[0]`` = 0)."""
+    return np.array([(ex[i] + 1.0) * t[0] / (t[i] + t_draft(P)) for i, P in enumerate(Ps)])
 
 
 def best_P_set(
@@ -181,13 +181,15 @@ def best_P_set(
     at every P) and timing repeats of t_verify (``times[P]``, P = 0 included). Each bootstrap replicate resamples
     the prompts (jointly over P) and each budget's repeats, takes the medians, fits them non-decreasing in P
     (:func:`isotonic_fit`) and computes the speedup at every P. A budget is in the set when the two-sided ``level``
-    bootstrap interval of its speedup minus that of the point-estimate best reaches 0. ``t_draft(P)``: seconds of
-    drafting per tree (0: the oracle, the speed of light)."""
-    Ps = sorted(int(P) for P in ex)
-    if 0 not in times or any(P not in times for P in Ps):
+    bootstrap interval of its speedup minus that of the point-estimate best reaches 0. P = 0, plain decoding
+    (speedup 1), is a candidate too: where no budget pays for its pass, the set is ``[0]``. ``t_draft(P)``:
+    seconds of drafting per tree (0: the oracle, the speed of light)."""
+    Ps = sorted({0, *(int(P) for P in ex)})
+    if any(P not in times for P in Ps):
         raise BrwsimError("best_P_set needs timing repeats at P = 0 and at every budget of ex")
-    X = np.array([np.asarray(ex[P], float) for P in Ps])  # [budgets, prompts]
-    T = [np.asarray(times[P], float) for P in [0, *Ps]]
+    n = len(next(iter(ex.values()))) if ex else 1
+    X = np.array([np.asarray(ex[P], float) if P in ex else np.zeros(n) for P in Ps])  # [budgets, prompts]
+    T = [np.asarray(times[P], float) for P in Ps]
     w = [len(x) for x in T]
 
     def fit(Tl):
