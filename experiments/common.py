@@ -314,6 +314,28 @@ def measure_prompts(name: str, order: list, key, measure, width: int, budget: fl
     return run_concurrently([job(p) for p in order], width)
 
 
+def run_timing(name: str, order: list, key, run, label: str | None = None) -> dict | None:
+    """Measure the prompts of ``order`` not yet cached (points of experiment ``name``) with ``run()`` and time it:
+    the run's wall seconds, the prompts it measured, and what ``run()`` returns (its settings). When nothing was
+    left to measure, the timing of the last run that measured them (kept in the cache under ``label``, default
+    ``name``; None if none is known)."""
+    path = out_dirs()[0] / ".cache" / (label or name) / "timing.json"
+    before = sum(is_cached(name, key(p)) for p in order)
+    t0 = time.perf_counter()
+    info = run()
+    wall = time.perf_counter() - t0
+    new = sum(is_cached(name, key(p)) for p in order) - before
+    if new == 0:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+    timing = {"wall_seconds": wall, "prompts_measured": new, **(info or {}),
+              "date": time.strftime("%Y-%m-%d", time.gmtime())}  # fmt: skip
+    write_atomic(path, json.dumps(timing).encode())
+    return timing
+
+
 RATES_ENV = "BRWSIM_FLOOR_RATES"  # "BANDWIDTH,FLOPS": the rates a worker's floors use (its parent's)
 
 

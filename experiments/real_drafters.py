@@ -308,7 +308,7 @@ def aggregate(params: dict, points: list[dict], cal: dict, timing: dict | None =
             len(points),
             params["seed"],
             host_seconds=sum(sum(p.get("host", {}).values()) for p in points),
-            **(timing or {}),
+            timing=timing,
         )
     )
     kinds = (("seconds_per_prompt", "phases"), ("host_seconds_per_prompt", "host"), ("tokens_per_prompt", "tokens"),
@@ -414,19 +414,19 @@ def main(argv=None) -> dict:
         common.floor_rates()
         measure(params, common.share(order, args.worker), args.budget_seconds, args.prompt_batch)
         return {"name": NAME, "figures": [], "tables": [], "summary": []}
-    timing = None
     if args.budget_seconds != 0:  # (0: score only the prompts already measured, open nothing)
         n_workers = args.workers or (1 if args.quick else common.default_workers())
         _open(params)  # the drafters opened (the head trained once) before any worker starts
         rates = common.floor_rates()
-        before = sum(common.is_cached(NAME, point_key(params, p)) for p in order)
-        t0 = time.perf_counter()
-        with common.workers(NAME, common.worker_argv(args), n_workers):
-            measure(params, common.share(order, f"0/{n_workers}"), args.budget_seconds, args.prompt_batch)
-        wall = time.perf_counter() - t0
-        new = sum(common.is_cached(NAME, point_key(params, p)) for p in order) - before
-        timing = dict(wall_seconds=wall, prompts_measured=new, workers=n_workers, prompt_batch=args.prompt_batch,
-                      **rates)  # fmt: skip
+
+        def run() -> dict:
+            with common.workers(NAME, common.worker_argv(args), n_workers):
+                measure(params, common.share(order, f"0/{n_workers}"), args.budget_seconds, args.prompt_batch)
+            return dict(workers=n_workers, prompt_batch=args.prompt_batch, **rates)
+
+        timing = common.run_timing(NAME, order, lambda p: point_key(params, p), run)
+    else:
+        timing = common.run_timing(NAME, order, lambda p: point_key(params, p), lambda: None)
     points = measure(params, order, 0.0, 1)  # every prompt measured by any process (the cache)
     scored: dict = {}
     for p in points:
@@ -448,6 +448,13 @@ def main(argv=None) -> dict:
     path.write_text(tab)
     counts = ", ".join(f"{task} {k}" for task, k in scored.items())
     lines = [f"prompts scored per task: {counts} (of {params['n']} each; table above, {path.name})"]
+    per = {k: sum(sum(p.get(k, {}).values()) for p in points) / len(points) for k in ("phases", "floor", "host")}
+    lines.append(f"per prompt: {per['phases']:.1f} s of model time (floor {per['floor']:.1f} s), {per['host']:.1f} s "
+                 "of host time; by phase in results/real_drafters.jsonl (seconds_per_prompt)")  # fmt: skip
+    if timing:
+        lines.append(f"the run that measured them ({timing.get('date', '?')}): {timing['prompts_measured']} prompts in "
+                     f"{timing['wall_seconds']:.0f} s of wall time, {timing.get('workers')} processes of one torch "
+                     f"thread, {timing.get('prompt_batch')} prompts each at once")  # fmt: skip
     return {"name": NAME, "figures": [png], "tables": [str(path)], "summary": lines}
 
 

@@ -30,7 +30,6 @@ import csv
 import json
 import math
 import sys
-import time
 
 import numpy as np
 
@@ -118,9 +117,9 @@ def _phase_rows(label, rs, seed, extra) -> list[dict]:
     return rows
 
 
-def compute(params: dict, points: list, wall: float, workers: int, rates: dict | None = None) -> list[dict]:
+def compute(params: dict, points: list, timing: dict | None = None) -> list[dict]:
     """The rows of the measured prompts (``points``: each a cached :meth:`PromptResult.to_dict`, or None);
-    ``wall``: seconds the measurement took with ``workers`` processes."""
+    ``timing``: the run that measured them (:func:`experiments.common.run_timing`; None: not known)."""
     from brwsim.llm.measure import PromptResult, summarize_task
 
     rs = [PromptResult.from_dict(p[0]) for p in points if p is not None]
@@ -156,8 +155,8 @@ def compute(params: dict, points: list, wall: float, workers: int, rates: dict |
     host_s = sum(sum(r.host.values()) for r in rs)
     frac = model_s / (model_s + host_s) if model_s + host_s > 0 else None
     rows.append(common.row(params["model"], None, "forward_fraction", frac, 0.0, len(rs), seed,
-                           model_phase_seconds=wall, forward_seconds=model_s, host_seconds=host_s,
-                           workers=workers, prompt_batch=params["prompt_batch"], **(rates or {})))  # fmt: skip
+                           model_phase_seconds=(timing or {}).get("wall_seconds"), forward_seconds=model_s,
+                           host_seconds=host_s, timing=timing))  # fmt: skip
     return rows
 
 
@@ -227,16 +226,19 @@ def main(argv=None) -> dict:
     if args.worker is not None:  # one worker's share, into the cache
         measure(params, common.share(order, args.worker), args.budget_seconds, args.prompt_batch, log)
         return {"name": name, "figures": [], "summary": []}
-    n_workers = args.workers or (1 if args.quick else common.default_workers())
-    t0 = time.perf_counter()
-    with common.workers(NAME, common.worker_argv(args) + ["--model", args.model], n_workers, log):
-        measure(params, common.share(order, f"0/{n_workers}"), args.budget_seconds, args.prompt_batch, log)
-    wall = time.perf_counter() - t0
+    n_workers = args.workers or (1 if args.quick or args.budget_seconds == 0 else common.default_workers())
+
+    def run() -> dict:
+        with common.workers(NAME, common.worker_argv(args) + ["--model", args.model], n_workers, log):
+            measure(params, common.share(order, f"0/{n_workers}"), args.budget_seconds, args.prompt_batch, log)
+        return dict(workers=n_workers, prompt_batch=args.prompt_batch, **rates)
+
+    timing = common.run_timing(NAME, order, lambda p: point_key(params, p), run, label=name)
     points = measure(params, order, 0.0, 1, log)  # every prompt measured by any process (the cache)
     skipped = sum(p is None for p in points)
     if skipped:
         log(f"time budget reached: {len(points) - skipped} of {len(points)} prompts measured")
-    rows = compute(params, points, wall, n_workers, rates)
+    rows = compute(params, points, timing)
     common.write_rows(name, rows)
     write_entropy(rows, name)
     png = common.save_figure(figure(rows), name)

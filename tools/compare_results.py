@@ -22,7 +22,7 @@ from pathlib import Path
 
 TIMING_KEYS = {"seconds", "model_phase_seconds", "forward_seconds", "total_seconds", "host_seconds", "host",
                "phases", "wall_seconds", "prompts_measured", "workers", "prompt_batch", "floor", "floor_seconds",
-               "bandwidth", "flops"}  # fmt: skip
+               "bandwidth", "flops", "timing"}  # fmt: skip
 TIMING_STATISTICS = {"forward_fraction", "model_phase_seconds", "seconds_per_prompt", "host_seconds_per_prompt",
                      "floor_seconds_per_prompt"}  # fmt: skip
 
