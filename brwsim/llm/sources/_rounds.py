@@ -248,10 +248,34 @@ def run_concurrently(
             if on_done is not None:
                 on_done(i, results[i])
         return results
-    rounds = _Rounds()
+    rounds, errors = _Rounds(), []
+    worker = _worker(rounds, jobs, results, on_done, errors)
+    n = min(width, len(jobs))
+    rounds.live = n
+    threads = [threading.Thread(target=worker, name=f"brwsim-prompt-{k}", daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+    except KeyboardInterrupt as e:
+        with rounds.cv:
+            if rounds.error is None:
+                rounds.error = e
+            rounds.cv.notify_all()
+        for t in threads:
+            t.join()
+        raise
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _worker(rounds: _Rounds, jobs, results: list, on_done, errors: list):
+    """A thread's loop of :func:`run_concurrently`: take the next job until none is left or the run failed."""
     queue = list(range(len(jobs)))[::-1]
     lock = threading.Lock()
-    errors: list[BaseException] = []
 
     def worker():
         st = _state()
@@ -274,23 +298,4 @@ def run_concurrently(
             st["rounds"] = None
             rounds.leave(error)
 
-    n = min(width, len(jobs))
-    rounds.live = n
-    threads = [threading.Thread(target=worker, name=f"brwsim-prompt-{k}", daemon=True) for k in range(n)]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.5)
-    except KeyboardInterrupt as e:
-        with rounds.cv:
-            if rounds.error is None:
-                rounds.error = e
-            rounds.cv.notify_all()
-        for t in threads:
-            t.join()
-        raise
-    if errors:
-        raise errors[0]
-    return results
+    return worker
