@@ -453,7 +453,7 @@ def main(argv=None) -> dict:
                  "of host time; by phase in results/real_drafters.jsonl (seconds_per_prompt)")  # fmt: skip
     if timing:
         lines.append(f"the run that measured them ({timing.get('date', '?')}): {timing['prompts_measured']} prompts in "
-                     f"{timing['wall_seconds']:.0f} s of wall time, {timing.get('workers')} processes of one torch "
+                     f"{timing['wall_seconds']:.0f} s of wall time, {timing.get('workers')} process(es) of one torch "
                      f"thread, {timing.get('prompt_batch')} prompts each at once")  # fmt: skip
     return {"name": NAME, "figures": [png], "tables": [str(path)], "summary": lines}
 
