@@ -366,3 +366,35 @@ def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
     pr, (out,) = measure_prompt_drafters(tiny, [d], Prompt("t", "0", "def x"), 8, st)
     np.testing.assert_allclose(out.values["topq"], pr.oracle.values, rtol=1e-5)  # the stand-in is the target
     assert out.passes > 0 and "sequoia" not in out.values  # no calibration rates given
+
+
+def test_prompts_measured_together_give_the_numbers_of_one_at_a_time(tiny):
+    """The whole measurement (walks, oracle, every drafter's trees in threads of their own, values, direct checks)
+    of several prompts at once, their passes packed, equals one prompt at a time, bit for bit."""
+    from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
+    from brwsim.llm.drafters import open_drafter as open_llm_drafter
+    from brwsim.llm.sources._prompts import Prompt
+    from brwsim.llm.sources._rounds import run_concurrently
+
+    ds = [open_llm_drafter(s, tiny) for s in ("layerskip:skip=2-3", "lowbit:bits=4", "lookup:n=2")]
+    st = DrafterSettings(walks=6, depth=8, check_samples=40, check_P=4, top_k=3, eagle_depth=3)
+    prompts = [Prompt("t", str(i), text) for i, text in enumerate(["def x ( ) :", "return x", "x ( x ) : return"])]
+
+    def measure(p):
+        r, drs = measure_prompt_drafters(tiny, ds, p, 8, st)
+        return r.oracle.values, r.walks.xi, [(d.values, d.xi_q, d.s_P, d.check, d.passes) for d in drs]
+
+    def same(a, b):
+        if isinstance(a, dict):
+            assert a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        elif isinstance(a, (list, tuple)):
+            assert len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        elif isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+        else:
+            assert a == b
+        return True
+
+    alone = [measure(p) for p in prompts]
+    for width in (2, 3):
+        assert same(alone, run_concurrently([lambda p=p: measure(p) for p in prompts], width))
