@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import jax
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from brwsim._keys import Stream
+from brwsim._keys import Stream, stream_key
 from brwsim._stats import MARGIN_Z, Z95
 from brwsim.errors import BrwsimError
-from brwsim.laws import LogitNormal, Temp, fixed_law, markov_law
+from brwsim.laws import LogitNormal, Temp, Zipf, fixed_law, markov_law
 from brwsim.spine import (
     SpineCurves,
     curves_from_xi,
@@ -30,7 +31,7 @@ from brwsim.spine import (
     stationary,
 )
 from brwsim.spine._stationary import _closed_classes, _stationary_pi, long_run_law
-from brwsim.spine._walks import _bucket
+from brwsim.spine._walks import _bucket, _Stepper
 from brwsim.theory import asymptotic, bounds_from_curves, law_spine_bounds, renewal, spine_bounds, theorem1_leading
 from brwsim.theory._bounds import check_margin_z, check_P_values
 from brwsim.theory._closed_forms import renewal_formula
@@ -737,3 +738,67 @@ def test_stationary_chain_of_a_reducible_law_by_hand():
     np.testing.assert_allclose(st.pi, [0.25, 0.75], rtol=1e-6)  # the initial law, kept in float32
     assert st.mu == pytest.approx(0.25 * LN2 + 0.75 * HB, rel=1e-6)
     assert np.all(st.pi_se == 0) and st.mu_se == 0 and st.mu2_se == 0
+
+
+def test_walk_states_are_int32_as_for_a_walk_of_no_step():
+    w = sample_walks(jax.random.key(0), fixed_law([0.5, 0.5]), WALKS, depth=3)
+    assert w.state.dtype == np.int32 and w.state.shape == (WALKS, 3) and np.all(w.state == 0)
+
+
+def test_walk_indices_past_2_to_the_24_keep_their_own_keys():
+    # walk i steps with item i of the stream: walks 2^24 and 2^24 + 1 take two independent logit-normal steps
+    # (equal with probability 0). An index passed on as a float32 would round 2^24 + 1 to 2^24, a copy of the
+    # walk before. Only these two walks are active: an O(V) step runs them in a small padded batch
+    walks = 2**24 + 2
+    step = _Stepper(LogitNormal(V=2, sigma=1.0), stream_key(jax.random.key(0), Stream.SPINE), walks, False)
+    xi, _, _, s_d, _ = step(0, np.zeros(walks, np.int32), np.array([2**24, 2**24 + 1]))
+    assert np.all(np.isfinite(xi[2**24 :])) and np.all(xi[2**24 :] > 0) and s_d[2**24 :].tolist() == [0, 0]
+    assert xi[2**24] != xi[2**24 + 1]
+
+
+def test_stationary_chain_of_a_deterministic_law_takes_its_closed_form():
+    # zipf V = 2, s = 1: p = (2/3, 1/3), one state, pi = 1. The float64 closed form, not the moments of the law's
+    # float32 log-probabilities (about 1e-8 off)
+    h = math.log(3) - 2 / 3 * LN2
+    m2 = 2 / 3 * math.log(1.5) ** 2 + 1 / 3 * math.log(3) ** 2
+    st = stationary(jax.random.key(0), Zipf(V=2, s=1.0), samples=8, boot=4)
+    assert st.pi.tolist() == [1.0] and st.mu_s.tolist() == pytest.approx([h], rel=1e-13)
+    assert (st.mu, st.mu2) == pytest.approx((h, m2), rel=1e-13)
+
+
+def test_long_run_law_of_an_irreducible_chain_is_its_stationary_law_from_any_start():
+    # pi = (1/3, 2/3) whatever the initial law, one rounded to float32 included (float32 0.1 + 0.9 is 1 - 2.2e-8):
+    # the fractions are not scaled by the initial law's total
+    Q = np.array([[0.5, 0.5], [0.25, 0.75]])
+    for initial in (np.array([1.0, 0.0]), np.array([0.0, 1.0]), np.array([0.1, 0.9], np.float32)):
+        np.testing.assert_allclose(long_run_law(Q, initial), [1 / 3, 2 / 3], rtol=1e-14)
+
+
+def test_transient_states_have_no_long_run_share():
+    # one closed class {2, 3} (pi = (1/3, 2/3) there) that does not hold every state: 0 and 1 are left for good,
+    # so their long-run fraction is exactly 0 (the whole chain's eigenvector would leave rounding there)
+    Q = np.array([[0.25, 0.25, 0.25, 0.25], [0.5, 0, 0, 0.5], [0, 0, 0.5, 0.5], [0, 0, 0.25, 0.75]])
+    for initial in ([1.0, 0, 0, 0], [0, 0.5, 0.5, 0]):
+        out = long_run_law(Q, np.array(initial))
+        assert out[:2].tolist() == [0.0, 0.0]
+        np.testing.assert_allclose(out[2:], [1 / 3, 2 / 3], rtol=1e-14)
+
+
+def test_stationary_defaults_to_200_bootstrap_resamples():
+    # a drawn law: the standard errors depend on how many resamples were drawn; the default is the documented 200
+    law = LogitNormal(V=2, sigma=1.0)
+    a = stationary(jax.random.key(0), law, samples=16)
+    b = stationary(jax.random.key(0), law, samples=16, boot=200)
+    assert a.mu_se > 0 and (a.mu_se, a.mu2_se) == (b.mu_se, b.mu2_se)
+
+
+def test_one_bootstrap_resample_gives_no_standard_error():
+    # the standard errors are sample standard deviations (ddof 1) over the resamples: undefined (NaN) for one
+    # resample, not a population sd of 0 that would pass for an exact value; two equal resamples give 0
+    law = fixed_law([0.5, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        st = stationary(jax.random.key(0), law, samples=8, boot=1)
+    assert math.isnan(st.mu_se) and math.isnan(st.mu2_se) and np.isnan(st.pi_se).all()
+    st = stationary(jax.random.key(0), law, samples=8, boot=2)
+    assert (st.mu_se, st.mu2_se, st.pi_se.tolist()) == (0.0, 0.0, [0.0])
