@@ -223,10 +223,8 @@ class PackedContext(Context):
     def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
         """Evaluate nodes in one request; each node's parent is evaluated or comes earlier in ``nodes``."""
         base = self.kv.used
-        slot = dict(self.slots)
-        for i, n in enumerate(nodes):
-            slot[n] = base + i
-        sees = [[slot[n[:d]] for d in range(1, len(n))] for n in nodes]
+        new = {n: base + i for i, n in enumerate(nodes)}  # (a node asked again takes its new slot)
+        sees = [[new[a] if a in new else self.slots[a] for a in (n[:d] for d in range(1, len(n)))] for n in nodes]
         req = _packed.Extend(self.kv, [n[-1] for n in nodes], [self.L + len(n) - 1 for n in nodes], sees)
         rows = _rounds.ask(self.src.engine, req)
         self.passes += 1
