@@ -361,15 +361,16 @@ def floor_rates() -> dict:
 
 
 @contextlib.contextmanager
-def workers(module: str, argv: list[str], n: int, log=print):
+def workers(module: str, argv: list[str], n: int, log=print, program: list[str] | None = None):
     """Run ``python -m experiments.MODULE *argv --worker K/N`` for K = 1 .. N - 1 beside this process (which is
     worker 0) while the block runs; then wait for them. Each worker leads its own process group, and every group
     is ended, children included, whatever happens (an error, Ctrl-C); a worker that fails is a one-line error
-    naming it."""
+    naming it. ``program``: what follows the interpreter instead of ``-m experiments.MODULE``."""
     procs = []
+    program = program or ["-m", f"experiments.{module}"]
     try:
         for k in range(1, n):
-            cmd = [sys.executable, "-m", f"experiments.{module}", *argv, "--worker", f"{k}/{n}"]
+            cmd = [sys.executable, *program, *argv, "--worker", f"{k}/{n}"]
             procs.append(subprocess.Popen(cmd, start_new_session=True))
         if n > 1:
             log(f"{n} processes measure the prompts (this one and {n - 1} worker(s))")

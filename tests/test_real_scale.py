@@ -87,3 +87,38 @@ def test_real_drafters_budget_zero_reads_only_cached_prompts(tmp_path, monkeypat
     assert not common.is_cached("real_drafters", {"a": 1})
     common.cached("real_drafters", {"a": 1}, lambda: [{"x": 1}])
     assert common.is_cached("real_drafters", {"a": 1}) and not common.is_cached("real_drafters", {"a": 2})
+
+
+def test_worker_processes_fail_in_one_line_and_end_whatever_happens(tmp_path):
+    import os
+    import time
+
+    from brwsim.errors import BrwsimError
+
+    with pytest.raises(BrwsimError, match=r"^worker 1 of 2 \(demo\) failed with exit status 3; its messages") as e:
+        with common.workers("demo", [], 2, log=lambda m: None, program=["-c", "import sys; sys.exit(3)"]):
+            pass
+    assert "\n" not in str(e.value)
+    started, pids = [], tmp_path / "pids"
+    sleeper = f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}} '); time.sleep(600)"
+    with pytest.raises(RuntimeError, match="the parent's own share failed"):
+        with common.workers("demo", [], 3, log=started.append, program=["-c", sleeper]):
+            end = time.monotonic() + 60
+            while len(pids.read_text().split() if pids.exists() else []) < 2 and time.monotonic() < end:
+                time.sleep(0.05)
+            raise RuntimeError("the parent's own share failed")
+    assert started == ["3 processes measure the prompts (this one and 2 worker(s))"]
+    for pid in map(int, pids.read_text().split()):  # both workers ended (and were waited for)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with common.workers("demo", [], 1, log=started.append, program=["-c", "raise SystemExit(9)"]):
+        pass  # one process: no worker is started
+    assert len(started) == 1
+
+
+def test_a_worker_measures_its_own_share_of_the_prompts():
+    order = list(range(10))
+    assert common.share(order, None) == order
+    shares = [common.share(order, f"{k}/3") for k in range(3)]
+    assert shares == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert sorted(x for sh in shares for x in sh) == order
