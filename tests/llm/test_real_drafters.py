@@ -373,9 +373,13 @@ def test_prompts_measured_together_give_the_numbers_of_one_at_a_time(tiny):
     of several prompts at once, their passes packed, equals one prompt at a time, bit for bit."""
     from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
     from brwsim.llm.drafters import open_drafter as open_llm_drafter
+    from brwsim.llm.sources._packed import rows_are_batch_invariant
     from brwsim.llm.sources._prompts import Prompt
     from brwsim.llm.sources._rounds import run_concurrently
 
+    widths = tuple(sorted({(m.in_features, m.out_features) for m in tiny.model.modules() if hasattr(m, "in_features")}))
+    if not rows_are_batch_invariant(widths):  # (then packed rows agree to float rounding: tests/llm/test_packed.py)
+        pytest.skip("this machine's matrix kernels give a row other bits beside other rows")
     ds = [open_llm_drafter(s, tiny) for s in ("layerskip:skip=2-3", "lowbit:bits=4", "lookup:n=2")]
     st = DrafterSettings(walks=6, depth=8, check_samples=40, check_P=4, top_k=3, eagle_depth=3)
     prompts = [Prompt("t", str(i), text) for i, text in enumerate(["def x ( ) :", "return x", "x ( x ) : return"])]
