@@ -13,8 +13,10 @@ import json
 import math
 import re
 import time
+import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -23,8 +25,8 @@ from brwsim import simulate
 from brwsim._stats import CONVENTION
 from brwsim.errors import BrwsimError
 from brwsim.estimate import oracle_values
-from brwsim.laws import parse_law
-from brwsim.oracle import default_batch, oracle_memory
+from brwsim.laws import markov_law, parse_law
+from brwsim.oracle import default_batch, kernel_choice, oracle_memory
 from brwsim.theory import KINDS
 
 LN2 = math.log(2)
@@ -333,3 +335,168 @@ def test_progress_counts_every_tree_once(tmp_path, monkeypatch):
     totals = [(b.total, b.desc, b.disable, b.n) for b in _Bar.bars]
     assert totals == [(40, "oracle P=3", False, 40), (40, "oracle P=3", False, 16), (40, "oracle P=3", False, 40)]
     assert all(type(b.total) is int for b in _Bar.bars)  # a count of trees
+
+
+def test_plan_batch_messages_by_hand(monkeypatch):
+    # a tree of P nodes takes exactly 1 MB a node: every size, fit and message below is a hand computation
+    monkeypatch.setattr(est, "tree_bytes", lambda law, P: 10**6 * P)
+    law, drawn = parse_law("fixed:probs=0.5/0.5"), parse_law("dirichlet:V=8,alpha=1")
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: 1.25e9)  # a run may use 80%: 1e9 bytes
+    assert est.MEMORY_FRACTION * 1.25e9 == 10**9
+    assert est.plan_batch(law, 1000, 5, None, None) == 1  # one tree of 1000 nodes fills the budget exactly
+    assert est.plan_batch(law, 1000, 5, 1, None) == 1
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: 1.54375e9)  # 80%: 1.235e9 bytes
+    assert est.MEMORY_FRACTION * 1.54375e9 == 1.235e9
+    # the doubles nearest 1.235 and 2.345 lie just above them: these print as 1.24 and 2.35 GB, so dividing by
+    # anything but 1e9 (even 1e9 + 1) shows in the message
+    with pytest.raises(BrwsimError) as e:
+        est.plan_batch(law, 2345, 10, None, None)
+    assert str(e.value) == (
+        f"P=2345 needs about 2.35 GB for the oracle ({law.spec()}, 1 trees at once), more than the 1.24 GB a run "
+        "may use here (80% of the memory available): the largest P that fits is about 1235; beyond it, "
+        "`brwsim laws` gives the spine's bounds with no tree"
+    )
+    # a drawn law runs two trees at once: the largest P is that of half the budget, 617.5 MB
+    with pytest.raises(BrwsimError) as e:
+        est.plan_batch(drawn, 1000, 10, None, None)
+    assert str(e.value).startswith(
+        "P=1000 needs about 2 GB for the oracle (dirichlet:V=8,alpha=1, 2 trees at once), more than the 1.24 GB "
+    )
+    assert " the largest P that fits is about 617; " in str(e.value)
+    # P = 5: 5 MB a tree, 247 trees fit in 1.235e9 bytes (123 a device on two devices); 469 trees take 2.345e9
+    assert est.plan_batch(law, 5, 1000, None, None) == 247
+    assert est.plan_batch(law, 5, 1000, 247, None) == 247
+    assert est.plan_batch(law, 5, 1000, None, [0, 1]) == 246
+    with pytest.raises(BrwsimError) as e:
+        est.plan_batch(law, 5, 1000, 469, None)
+    assert str(e.value) == (
+        "--batch 469 at P=5 needs about 2.35 GB, more than the 1.24 GB a run may use here: "
+        "the largest batch that fits is 247"
+    )
+
+
+def test_keeping_every_tree_value_needs_8_bytes_a_value_and_one_more_column(monkeypatch):
+    law = parse_law("fixed:probs=0.5/0.5")
+    # 100 trees at P = 3 take 8 * 100 * (3 + 1) = 3200 bytes: exactly 80% of 4000, so they are kept
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: 4000)
+    assert est.MEMORY_FRACTION * 4000 == 3200
+    values, _ = oracle_values(jax.random.key(0), law, 3, 100)
+    np.testing.assert_allclose(values, np.tile([0.5, 1.0, 1.25], (100, 1)), rtol=1e-6)
+    # 8 * 154375000 trees * P = 1.235e9 bytes, with 1.235e9 available (the doubles print as 1.24 GB)
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: 1.235e9)
+    with pytest.raises(BrwsimError) as e:
+        oracle_values(jax.random.key(0), law, 1, 154375000)
+    assert str(e.value) == (
+        "keeping every tree's values needs 1.24 GB (154375000 trees x P=1) but 1.24 GB are available here; "
+        "use brwsim.simulate, which keeps running sums"
+    )
+
+
+class _Accelerator:
+    """A device that is not the CPU (so the native CPU kernel cannot serve it) and reports its free memory."""
+
+    platform = "gpu"
+
+    def __init__(self, free: int):
+        self.free = free
+
+    def memory_stats(self):
+        return {"bytes_limit": self.free, "bytes_in_use": 0}
+
+
+def test_the_devices_asked_for_plan_and_run_the_oracle(monkeypatch):
+    law = parse_law("fixed:probs=0.5/0.5")
+    small = _Accelerator(est.tree_bytes(law, 3))  # 80% of it: not one tree at P = 3
+    with pytest.raises(BrwsimError, match=r"^P=3 needs about .* the largest P that fits is about \d+;"):
+        oracle_values(jax.random.key(0), law, 3, 2, devices=[small])
+    with monkeypatch.context() as m:  # no devices named: the default ones
+        m.setattr(est, "default_devices", lambda: [small])
+        with pytest.raises(BrwsimError, match=r"^P=3 needs about .* the largest P that fits is about \d+;"):
+            oracle_values(jax.random.key(0), law, 3, 2)
+    # room enough: the trees run on the device named, which the native CPU kernel refuses
+    with kernel_choice("native"), pytest.raises(BrwsimError, match="^the native oracle kernel serves only CPU devices"):
+        oracle_values(jax.random.key(0), law, 3, 2, devices=[_Accelerator(10**12)])
+
+
+def _continuation_of_one_node(seed: int, trees: int) -> np.ndarray:
+    """Accepted lengths through the 1-node tree {a} of the binary tree, from the documented keys alone.
+
+    Tree n's continuation has key fold_in(fold_in(key(seed), CHECK = 1), n); its first draw, from
+    fold_in(that key, 0), picks the root's top entry (the node a, 1/2) or the rest (1/2): 1 token or none.
+    """
+    check = jax.random.fold_in(jax.random.key(seed), 1)
+    logits = jnp.log(jnp.array([0.5, 0.5], jnp.float32))
+    draws = [jax.random.categorical(jax.random.fold_in(jax.random.fold_in(check, n), 0), logits) for n in range(trees)]
+    return (np.array(draws) == 0).astype(np.int64)
+
+
+def test_the_check_walks_its_own_stream():
+    law = parse_law("fixed:probs=0.5/0.5")
+    want = _continuation_of_one_node(3, 64)
+    assert 0 < want.sum() < 64  # both outcomes occur
+    _, acc = oracle_values(jax.random.key(3), law, 1, 64, check=True)
+    assert acc.dtype == np.int64
+    np.testing.assert_array_equal(acc, want)
+    r = simulate(law, P=[1], trees=64, seed=3, check=True, bounds=False)
+    assert r[1].check.n == 64 and r[1].check.mean == pytest.approx(want.mean(), abs=1e-12)
+
+
+def test_a_missing_budget_is_the_key_error(result):
+    with pytest.raises(KeyError) as e:
+        result[4]
+    assert e.value.args == (4,)
+
+
+def test_the_bounds_of_an_iid_law_carry_its_closed_form_and_predictions(result):
+    for P in (1, 2, 3):
+        assert result[P].bounds.iid is True
+        d = result[P].bounds.to_dict()
+        assert set(d["bounds"]) == {"dual", "splitting", "renewal"} and "iid_only" not in d
+        assert set(d["predictions"]) == {"asymptotic", "theorem1_leading"}
+
+
+def _spied_curves(monkeypatch) -> list:
+    """The spine curves behind each call of the bounds, as they are built."""
+    seen, real = [], est.law_curves
+
+    def curves(*args, **kwargs):
+        seen.append(real(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(est, "law_curves", curves)
+    return seen
+
+
+def test_the_spine_bounds_walk_to_the_largest_budget(monkeypatch):
+    # the binary tree: S_d = d ln 2 on every walk. With mu = ln 2 the walks stop at the first S past
+    # ln(1000 ln 2) + 3 = 9.54, at d = 14 (coverage 14 ln 2; without the hint: ln 1000 + 3, d = 15). At P = 1000
+    # the splitting bound is min_d (d - 1) + 1000 2^-d = 8 + 1000 / 512 (d = 9), the dual min_d (d - 2) + 1002
+    # 2^-d = 7 + 1002 / 512; walks stopped for P = 2 (d = 5) would give 4 + 1000 / 32 and 3 + 1002 / 32
+    mom = types.SimpleNamespace(mu=LN2, mu2=LN2**2)
+    iid = parse_law("fixed:probs=0.5/0.5")
+    markov = markov_law(
+        {
+            "states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.5/0.5"},
+            "initial": "a",
+            "kernel": {"a": [[0.5, 0.5]], "b": [[0.5, 0.5]]},
+        }
+    )
+    for law, walks in ((iid, 8192), (markov, 4096)):  # half as many walks for a Markov law
+        seen = _spied_curves(monkeypatch)
+        b = est._bounds(jax.random.key(0), law, [1, 2, 1000], mom)
+        assert len(seen) == 1 and seen[0].walks == walks and seen[0].coverage == pytest.approx(14 * LN2, rel=1e-6)
+        assert b[2].P == 1000 and b[2].iid is law.is_iid
+        assert b[2].splitting.estimate == pytest.approx(8 + 1000 / 512, rel=1e-6)
+        assert b[2].dual.estimate == pytest.approx(7 + 1002 / 512, rel=1e-6)
+
+
+def test_a_draft_laws_divergences_by_hand():
+    # p = (3/4, 1/4) and q proportional to p^(1/2): q = (sqrt 3, 1) / (sqrt 3 + 1), for every node
+    p = np.array([0.75, 0.25])
+    q = np.sqrt(p) / np.sqrt(p).sum()
+    h, ce = -(p * np.log(p)).sum(), -(p * np.log(q)).sum()
+    r = simulate("fixed:probs=0.75/0.25", P=[1], trees=2, seed=0, drafter="topq", draft_law="temp:T=2", bounds=False)
+    assert r.draft["drafter"] == "topq" and r.draft["draft_law"] == "temp:T=2"
+    got = [r.draft[k] for k in ("entropy", "cross_entropy", "kl", "tv")]
+    assert got == pytest.approx([h, ce, ce - h, abs(p[0] - q[0])], rel=1e-5)
+    assert r[1].stat.mean == pytest.approx(0.75, rel=1e-6)  # top-q's one node: the first token
