@@ -9,11 +9,16 @@ splitting bound min_d (d - 1) + P 2^-d and the dual bound min_d (d - 2) + (P + 2
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
+import sys
+import threading
 import time
 import types
+from fractions import Fraction
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +26,9 @@ import numpy as np
 import pytest
 
 import brwsim.estimate as est
-from brwsim import simulate
+from brwsim._checkpoint import Checkpoint
 from brwsim._stats import CONVENTION
+from brwsim.drafters import parse_drafter
 from brwsim.errors import BrwsimError
 from brwsim.estimate import oracle_values
 from brwsim.laws import markov_law, parse_law
@@ -30,6 +36,43 @@ from brwsim.oracle import default_batch, kernel_choice, oracle_memory
 from brwsim.theory import KINDS
 
 LN2 = math.log(2)
+
+
+def simulate(*args, **kwargs):
+    """brwsim.simulate, where a KeyboardInterrupt that no test simulated fails the test (escaping, it would end
+    the whole pytest session instead). Where a test expects one, it calls ``est.simulate``."""
+    try:
+        return est.simulate(*args, **kwargs)
+    except KeyboardInterrupt:
+        pytest.fail("simulate raised KeyboardInterrupt: it reported no finished tree")
+
+
+def _within(seconds: float, f, *args):
+    """``f(*args)``, failing the test if it has not returned within ``seconds`` (a hang guard)."""
+    out: list = []
+
+    def call():
+        try:
+            out.append((True, f(*args)))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
+            out.append((False, e))
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        pytest.fail(f"{getattr(f, '__name__', f)} did not return within {seconds} s")
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+@pytest.fixture()
+def search_ends(monkeypatch):
+    """Every search for the largest P that fits must return within seconds (a hang guard)."""
+    real = est._largest_P
+    monkeypatch.setattr(est, "_largest_P", lambda law, budget: _within(10, real, law, budget))
 
 
 @pytest.fixture(scope="module")
@@ -112,15 +155,21 @@ def test_rounds_keep_every_tree_value_in_order():
 
 
 def _interrupt_after(monkeypatch, trees):
-    """Make the oracle's batches raise Ctrl-C once ``trees`` trees are done."""
-    real = est._oracle_batches
+    """Make the oracle's (and the other drafters') batches raise Ctrl-C once ``trees`` trees are done."""
+    real, real_drafter = est._oracle_batches, est.drafter_batches
 
     def batches(key, law, P_max, lo, hi, B, devs, check):
         if lo >= trees:
             raise KeyboardInterrupt
         yield from real(key, law, P_max, lo, hi, B, devs, check)
 
+    def drafter_batches(key, d, law, dlaw, P_list, hi, batch=None, lo=0):
+        if lo >= trees:
+            raise KeyboardInterrupt
+        yield from real_drafter(key, d, law, dlaw, P_list, hi, batch, lo=lo)
+
     monkeypatch.setattr(est, "_oracle_batches", batches)
+    monkeypatch.setattr(est, "drafter_batches", drafter_batches)
 
 
 def test_an_interrupted_run_returns_its_finished_rounds_and_resumes(tmp_path, monkeypatch):
@@ -165,7 +214,7 @@ def test_an_interrupted_run_returns_its_finished_rounds_and_resumes(tmp_path, mo
     with monkeypatch.context() as m:  # interrupted before any round: nothing to report
         _interrupt_after(m, 0)
         with pytest.raises(KeyboardInterrupt):
-            simulate(**args)
+            est.simulate(**args)
     notes.clear()
     with monkeypatch.context() as m:  # no checkpoint: the finished trees are not kept
         _interrupt_after(m, 16)
@@ -177,19 +226,27 @@ def test_an_interrupted_run_returns_its_finished_rounds_and_resumes(tmp_path, mo
 @pytest.mark.parametrize(
     "kw,msg",
     [
-        ({"trees": 2**32}, "trees must be at most 4294967295"),
-        ({"seed": 2**32}, "seed must be an integer from 0 to 4294967295"),
-        ({"seed": -1}, "seed"),
-        ({"trees": 0}, "trees"),
-        ({"batch": 0}, "batch"),
-        ({"draft_law": "exact"}, "--draft-law applies to a drafter other than the oracle"),
-        ({"P": [0]}, "P"),
-        ({"round_trees": 0}, "round-trees"),
+        (
+            {"trees": 2**32},
+            "trees must be at most 4294967295 (tree indices are 32-bit), got 4294967296; "
+            "run several seeds for more, each seed's trees are independent of the others'",
+        ),
+        ({"seed": 2**32}, "seed must be an integer from 0 to 4294967295, got 4294967296"),
+        ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+        ({"trees": 0}, "trees must be an integer >= 1, got 0"),
+        ({"batch": 0}, "batch must be an integer >= 1, got 0"),
+        ({"draft_law": "exact"}, "--draft-law applies to a drafter other than the oracle; add e.g. --drafter topq"),
+        ({"P": [0]}, "P must be an integer >= 1, got 0"),
+        ({"round_trees": 0}, "round-trees must be an integer >= 1, got 0"),
+        (
+            {"drafter": "topq", "draft_law": "mix:w=0.5,law=fixed:probs=0.25/0.25/0.25/0.25"},
+            "draft law mix: the second law has V=4 tokens but the target law has 2; use a second law with V <= 2",
+        ),
     ],
 )
 def test_inputs_refused_before_any_tree(kw, msg):
     args = {"law": "fixed:probs=0.5/0.5", "P": [1], "trees": 1, "seed": 0} | kw
-    with pytest.raises(BrwsimError, match=msg):
+    with pytest.raises(BrwsimError, match=f"^{re.escape(msg)}$"):
         simulate(**args)
 
 
@@ -207,7 +264,7 @@ def test_the_largest_inputs_accepted(tmp_path):
     assert (law.vocab, P, trees, seed, batch, d.text) == (2, [1, 2], 2**32 - 1, 2**32 - 1, 7, "oracle")
 
 
-def test_batches_and_memory_checks_against_a_brute_force_fit(monkeypatch):
+def test_batches_and_memory_checks_against_a_brute_force_fit(monkeypatch, search_ends):
     law = parse_law("fixed:probs=0.5/0.5")
     per = est.tree_bytes(law, 64)
     assert per - oracle_memory(law, 64) == 72 * 65  # beside the kernel: 72 bytes per node of P + 1
@@ -262,6 +319,18 @@ def test_the_progress_bar():
     assert est._progress(7, "x", None).disable  # stderr is not a terminal under pytest
 
 
+def test_the_progress_bar_shows_by_default_on_a_terminal(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    bar = est._progress(7, "oracle P=3", None)
+    assert not bar.disable
+    bar.close()
+    assert est._progress(7, "x", False).disable
+
+
 def test_a_drafter_with_the_exact_draft_law_matches_the_oracle(monkeypatch):
     # q = p: top-q takes the P nodes of largest path probability, as the oracle does; entropy = cross-entropy = ln 2
     monkeypatch.setattr(est, "tqdm", _Bar)
@@ -301,6 +370,9 @@ def test_the_defaults_on_the_binary_tree():
     assert [x.stat.mean for x in r.results] == pytest.approx([0.5, 1.5, 3.125, 5.03125], rel=1e-6)
     assert (r.trees, r.seed, r.drafter, r.values) == (1000, 0, "oracle", None)
     assert all(x.stat.n == 1000 and x.bounds is not None and x.check is None for x in r.results)
+    # the law as it was given (its SPEC reads back as 0.499999999/0.499999999), exact moments with no error
+    assert r.law == "fixed:probs=0.5/0.5" and parse_law(r.law).spec() != r.law
+    assert (r.mu, r.mu2) == pytest.approx((LN2, LN2**2), rel=1e-6) and (r.mu_se, r.mu2_se) == (0.0, 0.0)
 
 
 class _Bar:
@@ -337,7 +409,7 @@ def test_progress_counts_every_tree_once(tmp_path, monkeypatch):
     assert all(type(b.total) is int for b in _Bar.bars)  # a count of trees
 
 
-def test_plan_batch_messages_by_hand(monkeypatch):
+def test_plan_batch_messages_by_hand(monkeypatch, search_ends):
     # a tree of P nodes takes exactly 1 MB a node: every size, fit and message below is a hand computation
     monkeypatch.setattr(est, "tree_bytes", lambda law, P: 10**6 * P)
     law, drawn = parse_law("fixed:probs=0.5/0.5"), parse_law("dirichlet:V=8,alpha=1")
@@ -404,7 +476,7 @@ class _Accelerator:
         return {"bytes_limit": self.free, "bytes_in_use": 0}
 
 
-def test_the_devices_asked_for_plan_and_run_the_oracle(monkeypatch):
+def test_the_devices_asked_for_plan_and_run_the_oracle(monkeypatch, search_ends):
     law = parse_law("fixed:probs=0.5/0.5")
     small = _Accelerator(est.tree_bytes(law, 3))  # 80% of it: not one tree at P = 3
     with pytest.raises(BrwsimError, match=r"^P=3 needs about .* the largest P that fits is about \d+;"):
@@ -439,6 +511,9 @@ def test_the_check_walks_its_own_stream():
     np.testing.assert_array_equal(acc, want)
     r = simulate(law, P=[1], trees=64, seed=3, check=True, bounds=False)
     assert r[1].check.n == 64 and r[1].check.mean == pytest.approx(want.mean(), abs=1e-12)
+    # top-q's 1-node tree is {a} too, and its check walks the same stream
+    t = simulate(law, P=[1], trees=64, seed=3, drafter="topq", check=True, bounds=False)
+    assert t[1].check.n == 64 and t[1].check.mean == pytest.approx(want.mean(), abs=1e-12)
 
 
 def test_a_missing_budget_is_the_key_error(result):
@@ -500,3 +575,265 @@ def test_a_draft_laws_divergences_by_hand():
     got = [r.draft[k] for k in ("entropy", "cross_entropy", "kl", "tv")]
     assert got == pytest.approx([h, ce, ce - h, abs(p[0] - q[0])], rel=1e-5)
     assert r[1].stat.mean == pytest.approx(0.75, rel=1e-6)  # top-q's one node: the first token
+
+
+def test_the_largest_P_that_fits_by_brute_force(monkeypatch):
+    # a tree of P nodes takes 10^6 P bytes: the largest P within a budget is its floor over 10^6
+    monkeypatch.setattr(est, "tree_bytes", lambda law, P: 10**6 * P)
+    law = parse_law("fixed:probs=0.5/0.5")
+    for budget, want in ((10**6, 1), (1.235e9, 1235), (2e6 - 1, 1), (10**6 * 2**20 + 5e5, 2**20), (9.99e12, 9990000)):
+        assert want * 10**6 <= budget < (want + 1) * 10**6
+        assert _within(10, est._largest_P, law, budget) == want
+
+
+def test_a_batch_never_exceeds_the_budget_by_a_byte(monkeypatch):
+    # trees of per bytes (a size past 2^53 / 3, where a float quotient rounds): 3 trees overshoot the budget by
+    # less than a part in 2^53, so 2 fit; budget / per rounds to 3.0, its floor division does not
+    per = 4845375981200153
+    budget = math.nextafter(float(3 * per), 0)
+    assert 2 * per <= Fraction(budget) < 3 * per and budget / per == 3.0
+    monkeypatch.setattr(est, "tree_bytes", lambda law, P: per)
+    monkeypatch.setattr(est, "available_memory", lambda devs=None: budget / 0.8)
+    assert 0.8 * (budget / 0.8) == budget
+    law = parse_law("fixed:probs=0.5/0.5")
+    assert est.plan_batch(law, 1, 1000, None, None) == 2
+    with pytest.raises(BrwsimError, match=r"the largest batch that fits is 2$"):
+        est.plan_batch(law, 1, 1000, 3, None)
+
+
+def test_a_run_that_keeps_no_values_holds_none():
+    # memory does not grow with the trees: without keep_values the sums hold no tree's value
+    for keep in (False, True):
+        s = est._Sums([1, 3], keep)
+        s.add([0, 1], np.array([[0.5, 1.25], [0.5, 1.25]]))
+        s.add([0, 1], np.array([[0.5, 1.25]]))
+        assert [c.n for c in s.cols] == [3, 3] and s.check.n == 0
+        if keep:
+            np.testing.assert_array_equal(s.values(3), [[0.5, 1.25]] * 3)
+        else:
+            assert s.kept is None and s.values(3) is None
+
+
+def test_the_checkpoint_names_the_drafter_its_draft_law_and_the_check(tmp_path):
+    r = simulate(
+        "fixed:probs=0.5/0.5", P=[1], trees=2, drafter="topq", draft_law="temp:T=2", check=True, checkpoint=tmp_path
+    )
+    with np.load(r.checkpoint) as z:
+        meta, done = json.loads(str(z["meta"])), int(z["done"])
+    assert done == 2 and r[1].check.n == 2
+    assert {k: meta[k] for k in ("P", "trees", "seed", "drafter", "draft_law", "check")} == {
+        "P": [1],
+        "trees": 2,
+        "seed": 0,
+        "drafter": "topq",
+        "draft_law": "temp:T=2",
+        "check": True,
+    }
+
+
+def test_a_markov_law_takes_its_moments_from_the_run_key():
+    # both states are the binary law: the binary tree's values, and mu = ln 2, mu2 = (ln 2)^2 along the spine
+    law = markov_law(
+        {
+            "states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.5/0.5"},
+            "initial": "a",
+            "kernel": {"a": [[0.5, 0.5]], "b": [[0.5, 0.5]]},
+        }
+    )
+    r = simulate(law, P=[1, 3], trees=8, seed=3, bounds=False)
+    assert [x.stat.mean for x in r.results] == pytest.approx([0.5, 1.25], rel=1e-6) and not r.iid
+    assert (r.mu, r.mu2) == pytest.approx((LN2, LN2**2), rel=1e-6)
+    assert 0 <= r.mu_se < 1e-9 and 0 <= r.mu2_se < 1e-9 and r.law == law.spec()
+
+
+def _keys_per_call(monkeypatch, cls=None):
+    """The trees (keys) each oracle call gets, or each call of drafter class ``cls``: the batches a run uses."""
+    seen: list[int] = []
+    if cls is None:
+        real = est.oracle_batch
+
+        def oracle_batch(law, keys, **kw):
+            seen.append(int(keys.shape[0]))
+            return real(law, keys, **kw)
+
+        monkeypatch.setattr(est, "oracle_batch", oracle_batch)
+    else:
+        real_trees = cls.trees
+
+        def trees(self, key, law, dlaw, keys, P):
+            seen.append(int(keys.shape[0]))
+            return real_trees(self, key, law, dlaw, keys, P)
+
+        monkeypatch.setattr(cls, "trees", trees)
+    return seen
+
+
+def test_the_oracle_runs_the_batch_asked_for(monkeypatch):
+    # 40 trees in batches of 16: three calls of 16 trees (the last one padded); a run of 5 trees (or of 1) is one
+    # batch of 5 (1), however large the default batch
+    law = parse_law("fixed:probs=0.5/0.5")
+    assert est.default_batch(law, 3) > 5
+    seen = _keys_per_call(monkeypatch)
+    oracle_values(jax.random.key(3), law, 3, 40, batch=16)
+    assert seen == [16, 16, 16]
+    seen.clear()
+    r = simulate(law, P=[1, 3], trees=40, seed=3, batch=16, bounds=False)
+    assert seen == [16, 16, 16] and [x.stat.n for x in r.results] == [40, 40]
+    for trees in (5, 1):
+        seen.clear()
+        r = simulate(law, P=[3], trees=trees, seed=3, bounds=False)
+        assert seen == [trees] and r[3].stat.mean == pytest.approx(1.25, rel=1e-6)
+
+
+def test_a_drafters_batches_and_rounds(monkeypatch):
+    # top-q builds its P = 3 tree for both budgets, then the check walks it: with batches of 16, three calls
+    # each; in rounds of 16 trees (default batch), each round's trees once for the values and once for the check
+    law = parse_law("fixed:probs=0.5/0.5")
+    topq = type(parse_drafter("topq"))
+    assert topq().batch_size(law, 3) >= 72
+    seen = _keys_per_call(monkeypatch, topq)
+    args = dict(law=law, P=[1, 3], trees=40, seed=3, drafter="topq", check=True, bounds=False)
+    for kw, calls in (({"batch": 16}, [16] * 6), ({"round_trees": 16}, [16, 16, 16, 16, 8, 8])):
+        seen.clear()
+        r = simulate(**args, **kw)
+        assert seen == calls
+        assert [x.stat.n for x in r.results] == [40, 40] and r[3].check.n == 40
+        assert [x.stat.mean for x in r.results] == pytest.approx([0.5, 1.25], rel=1e-6)
+
+
+def test_simulate_plans_and_runs_the_oracle_on_the_devices_asked_for(monkeypatch, search_ends):
+    law = parse_law("fixed:probs=0.5/0.5")
+    small = _Accelerator(est.tree_bytes(law, 3))  # 80% of it: not one tree at P = 3
+    args = dict(law=law, P=[3], trees=2, bounds=False)
+    with pytest.raises(BrwsimError, match=r"^P=3 needs about .* the largest P that fits is about \d+;"):
+        simulate(**args, devices=[small])
+    with monkeypatch.context() as m:  # no devices named: the default ones
+        m.setattr(est, "default_devices", lambda: [small])
+        with pytest.raises(BrwsimError, match=r"^P=3 needs about .* the largest P that fits is about \d+;"):
+            simulate(**args)
+    # room enough: the trees run on the device named, which the native CPU kernel refuses
+    with pytest.raises(BrwsimError, match="^the native oracle kernel serves only CPU devices"):
+        simulate(**args, devices=[_Accelerator(10**12)], kernel="native")
+
+
+def test_progress_of_a_drafter_that_runs_once_per_budget(tmp_path, monkeypatch):
+    # Sequoia builds a tree per budget: each tree counts once per budget (40 trees x 2 budgets), the check's
+    # batches none; a first run stops after one round of 16 trees, the rerun restores them and computes 24
+    monkeypatch.setattr(est, "tqdm", _Bar)
+    monkeypatch.setattr(_Bar, "bars", [])
+    args = dict(law="fixed:probs=0.5/0.5", P=[1, 3], trees=40, seed=3, drafter="sequoia", check=True)
+    args |= dict(bounds=False, round_trees=16, progress=True, checkpoint=tmp_path)
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 16)
+        first = simulate(**args)
+    r = simulate(**args)
+    assert [(b.total, b.desc, b.n) for b in _Bar.bars] == [(80, "sequoia P=3", 32), (80, "sequoia P=3", 80)]
+    assert first.trees == 16 and r.trees == 40 and r[3].check.n == 40
+    # its 3-node tree takes both children of the root and one grandchild: 1/2 + 1/2 + 1/4
+    assert [x.stat.mean for x in r.results] == pytest.approx([0.5, 1.25], rel=1e-6)
+
+
+class _TwoProcesses:
+    """This process as process ``me`` of two (``brwsim._processes`` as estimate.py sees it).
+
+    ``gather(obj)`` returns ``obj`` at index ``me`` and, at the other index, the next of ``theirs``: what the
+    other process sends, in order; ``(lo, hi, seg)`` stands for its share of a round, trees lo .. hi - 1,
+    computed here by the real ``_Run.values``. Records this process's own shares (``mine``), what it sent
+    (``sent``) and the trees each checkpoint it saved holds (``saved``).
+    """
+
+    def __init__(self, monkeypatch, me: int, theirs: list):
+        self.me, self.theirs, self.mine, self.sent, self.saved, self.run = me, list(theirs), [], [], [], None
+        self.values = est._Run.values
+        real_save = Checkpoint.save
+
+        def values(run, lo, hi, seg):
+            self.run = run
+            self.mine.append((lo, hi, seg))
+            return self.values(run, lo, hi, seg)
+
+        def save(ckpt, done, states):
+            self.saved.append(done)
+            real_save(ckpt, done, states)
+
+        monkeypatch.setattr(est._Run, "values", values)
+        monkeypatch.setattr(Checkpoint, "save", save)
+        monkeypatch.setattr(est.processes, "count", lambda: 2)
+        monkeypatch.setattr(est.processes, "index", lambda: me)
+        monkeypatch.setattr(est.processes, "is_main", lambda: me == 0)
+        monkeypatch.setattr(est.processes, "gather", self.gather)
+
+    def gather(self, obj):
+        self.sent.append(obj)
+        other = self.theirs.pop(0)
+        if isinstance(other, tuple):
+            lo, hi, seg = other
+            other = list(self.values(self.run, lo, hi, seg)) if hi > lo else []
+        return [obj, other] if self.me == 0 else [other, obj]
+
+
+def _same_numbers(r, one, trees):
+    """Several processes give the numbers of one, bit for bit (and here the binary tree's, by hand)."""
+    assert r.trees == one.trees == trees and not r.interrupted
+    assert [x.stat for x in r.results] == [x.stat for x in one.results]
+    assert [x.stat.n for x in r.results] == [trees, trees]
+    assert [x.stat.mean for x in r.results] == pytest.approx([0.5, 1.25], rel=1e-6)
+    assert r[3].check == one[3].check and r[3].check.n == trees
+
+
+def test_process_0_of_two_adds_both_shares_of_every_round(tmp_path, monkeypatch):
+    # rounds of 8 trees a process: process 0 takes trees 0-7 and 16-23, process 1 trees 8-15 and none; after
+    # each round process 0 saves the trees both finished (16, then all 24)
+    law = parse_law("fixed:probs=0.5/0.5")
+    args = dict(law=law, P=[1, 3], trees=24, seed=3, check=True, bounds=False, round_trees=8)
+    one = simulate(**args)
+    monkeypatch.setattr(est, "tqdm", _Bar)
+    monkeypatch.setattr(_Bar, "bars", [])
+    two = _TwoProcesses(monkeypatch, 0, [None, (8, 16, 8), (24, 24, 8)])
+    r = simulate(**args, checkpoint=tmp_path, progress=True)
+    assert two.mine == [(0, 8, 8), (16, 24, 8)] and two.sent[0] is None  # no checkpoint to resume
+    assert two.saved == [16, 24] and not two.theirs
+    assert [(b.total, b.n) for b in _Bar.bars] == [(24, 24)]
+    _same_numbers(r, one, 24)
+    with np.load(r.checkpoint) as z:
+        assert int(z["done"]) == 24
+
+
+def test_process_1_of_two_reads_no_checkpoint_and_adds_both_shares(tmp_path, monkeypatch):
+    # process 1 computes trees 8-15 (its last share is empty) and saves nothing; only process 0 reads the
+    # checkpoint (it has none here): a stale, unreadable file on process 1's own disk is never opened
+    law = parse_law("fixed:probs=0.5/0.5")
+    args = dict(law=law, P=[1, 3], trees=24, seed=3, check=True, bounds=False, round_trees=8)
+    one = simulate(**args, checkpoint=tmp_path)
+    Path(one.checkpoint).write_bytes(b"not a checkpoint")
+    two = _TwoProcesses(monkeypatch, 1, [None, (0, 8, 8), (16, 24, 8)])
+    r = simulate(**args, checkpoint=tmp_path)
+    assert two.mine == [(8, 16, 8)] and two.sent[0] is None and two.saved == [] and not two.theirs
+    _same_numbers(r, one, 24)
+
+
+def test_two_processes_share_one_round_of_all_the_trees(monkeypatch):
+    # 24 trees, the default rounds: one round, 12 trees a process; every tree's values kept, in order
+    law = parse_law("fixed:probs=0.5/0.5")
+    args = dict(law=law, P=[1, 3], trees=24, seed=3, check=True, bounds=False, keep_values=True)
+    one = simulate(**args)
+    two = _TwoProcesses(monkeypatch, 0, [(12, 24, 12)])
+    r = simulate(**args)
+    assert two.mine == [(0, 12, 12)] and not two.theirs
+    _same_numbers(r, one, 24)
+    np.testing.assert_array_equal(r.values, one.values)
+    np.testing.assert_allclose(r.values, np.tile([0.5, 1.25], (24, 1)), rtol=1e-6)
+
+
+def test_process_1_of_two_with_a_drafter_and_its_check(monkeypatch):
+    # top-q with the check: the check's batches count no tree on the bar; process 1's last share is empty
+    law = parse_law("fixed:probs=0.5/0.5")
+    args = dict(law=law, P=[1, 3], trees=24, seed=3, drafter="topq", check=True, bounds=False, round_trees=8)
+    one = simulate(**args)
+    monkeypatch.setattr(est, "tqdm", _Bar)
+    monkeypatch.setattr(_Bar, "bars", [])
+    two = _TwoProcesses(monkeypatch, 1, [(0, 8, 8), (16, 24, 8)])
+    r = simulate(**args, progress=True)
+    assert two.mine == [(8, 16, 8)] and not two.theirs
+    assert [(b.total, b.desc, b.n) for b in _Bar.bars] == [(24, "topq P=3", 24)]
+    _same_numbers(r, one, 24)

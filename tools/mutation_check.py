@@ -191,7 +191,7 @@ def _scratch(module: str, before: bool) -> str:
     return os.path.join(tempfile.gettempdir(), f"brwsim-mutmut-{module}{'-before' if before else ''}")
 
 
-NOT_KILLED = (0, 5, 33, 36, 24, -24, 152, 255)  # mutmut's exit codes for survived, no tests, timeout
+NOT_KILLED = (0, 2, 5, 33, 36, 24, -24, 152, 255)  # mutmut's exit codes: survived, interrupted, no tests, timeout
 
 
 def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0) -> int:
