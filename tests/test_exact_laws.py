@@ -6,6 +6,7 @@ Each statistical check has a fixed seed and a tolerance of four standard errors 
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 
 import jax
@@ -199,9 +200,20 @@ def _squeeze_by_hand(key, alpha, n):
     return x, i
 
 
+def _ends(seconds: float, f, *args):
+    """``f(*args)``, failing the test unless it returns within ``seconds`` (a guard against a loop that never ends)."""
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(jax.block_until_ready(f(*args))), daemon=True)  # not async
+    t.start()
+    t.join(seconds)
+    assert out, f"{f.__name__} raised or did not return within {seconds} s"
+    return out[0]
+
+
 @pytest.mark.parametrize("alpha", [0.3, 1.0, 1.2, 2.5])
 def test_log_gamma_variates_have_the_gamma_law(alpha):
-    x = np.asarray(log_gamma_variates(jax.random.key(3), alpha, (20000,)), np.float64)
+    # the rejection loop ends: every entry is accepted within a few passes
+    x = np.asarray(_ends(60, log_gamma_variates, jax.random.key(3), alpha, (20000,)), np.float64)
     # draw by draw, the squeeze method written out by hand (several passes: some entries were rejected)
     want, passes = _squeeze_by_hand(jax.random.key(3), alpha, 20000)
     assert passes >= 2
@@ -333,6 +345,10 @@ def test_log_normalize_and_scale_logits_by_hand():
     # c = float32's largest finite value is finite: no entry in (-1, 0) becomes -inf
     big = np.asarray(scale_logits(jnp.array([0.0, -0.5]), float(np.finfo(np.float32).max)))
     assert big[0] == 0 and np.isfinite(big[1]) and big[1] < -1e38
+    # c above float32's range (1e39) is the point mass, silently (no overflow warning from the float32 cast)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(np.asarray(_base.scale_logits(y, 1e39)), pm)
 
 
 def test_check_distribution_messages_and_edges():
@@ -459,6 +475,19 @@ def test_an_iid_law_has_one_state_zero():
     assert law.state_kernel().shape == (1, 1, 1) and law.state_kernel()[0, 0, 0] == 1
     assert law.initial_probs().tolist() == [1.0] and law.exact_moments() is None
     np.testing.assert_allclose(np.exp(np.asarray(law.node_logp(k, 0, 2))), [2 / 3, 1 / 6], rtol=1e-6)
+
+
+def test_base_node_logp_is_the_top_k_of_the_states_own_row():
+    # the base class's node_logp is the K largest entries of full_logp(key, state), sorted: for a law whose
+    # rows are its states, state 1's row (0.2, 0.7, 0.1) gives (0.7, 0.2), not state 0's (0.5, 0.3)
+    from brwsim.testing import TableLaw
+
+    class ViaFull(TableLaw):
+        node_logp = _base.Law.node_logp
+
+    law = ViaFull(logp=jnp.log(jnp.array([[0.5, 0.3, 0.2], [0.2, 0.7, 0.1]], jnp.float32)))
+    np.testing.assert_allclose(np.exp(np.asarray(law.node_logp(None, 1, 2))), [0.7, 0.2], rtol=1e-6)
+    np.testing.assert_allclose(np.exp(np.asarray(law.node_logp(None, 0, 2))), [0.5, 0.3], rtol=1e-6)
 
 
 def test_base_spine_step_walks_the_state_zero_row_of_a_one_row_table():
@@ -832,6 +861,10 @@ def _markov(tmp_path, **over):
 
 
 def test_markov_states_rows_and_kernel_by_hand(tmp_path):
+    with warnings.catch_warnings():  # the kernel's zeros become -inf log-probabilities silently
+        warnings.simplefilter("error")
+        m = _markov(tmp_path, initial="a")
+    np.testing.assert_array_equal(np.asarray(m.log_init), [0.0, -np.inf])
     m = _markov(tmp_path)
     assert m.state_names() == ["a", "b"] and m.n_states == 2 and m.vocab == 3 and not m.is_iid
     assert len(m.sub_laws()) == 2 and m.sub_laws()[0].vocab == 2 and m.indexed
@@ -875,6 +908,7 @@ def test_markov_states_rows_and_kernel_by_hand(tmp_path):
     "over,msg",
     [
         ({"extra": 1}, "unknown key.s. extra; use states, initial, kernel"),
+        ({"extra": 1, "more": 2}, "unknown key.s. extra, more; use states, initial, kernel"),
         ({"states": {}}, "'states' must map state names to law SPECs"),
         ({"states": ["a", "b"]}, "'states' must map state names to law SPECs"),
         ({"states": {"a": 1, "b": "fixed:probs=1"}}, "state 'a' must be a law SPEC string"),
