@@ -477,6 +477,13 @@ def test_an_iid_law_has_one_state_zero():
     np.testing.assert_allclose(np.exp(np.asarray(law.node_logp(k, 0, 2))), [2 / 3, 1 / 6], rtol=1e-6)
 
 
+def test_a_fixed_laws_zero_probability_is_minus_infinity_silently():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        law = fixed_law([0.75, 0.0, 0.25])
+    np.testing.assert_array_equal(np.asarray(law.logp), np.float32([math.log(0.75), math.log(0.25), -np.inf]))
+
+
 def test_base_node_logp_is_the_top_k_of_the_states_own_row():
     # the base class's node_logp is the K largest entries of full_logp(key, state), sorted: for a law whose
     # rows are its states, state 1's row (0.2, 0.7, 0.1) gives (0.7, 0.2), not state 0's (0.5, 0.3)
@@ -950,6 +957,10 @@ def test_markov_missing_keys_and_bad_files(tmp_path):
     (tmp_path / "m.toml").write_text("initial = ")
     with pytest.raises(BrwsimError, match=r"m\.toml' does not parse"):
         parse_law(str(tmp_path / "m.toml"))
+    (tmp_path / "a:b").mkdir()  # a bare path with a colon and no '=' is still a path, by its suffix (any case)
+    (tmp_path / "a:b" / "m.TOML").write_text("initial = ")
+    with pytest.raises(BrwsimError, match=r"^Markov law file '.*a:b/m\.TOML' does not parse"):
+        parse_law(str(tmp_path / "a:b" / "m.TOML"))
     with pytest.raises(BrwsimError, match=r"^Markov law file '.*none\.json' cannot be read"):
         parse_law(str(tmp_path / "none.json"))
     import json

@@ -3,7 +3,7 @@
     python tools/mutation_check.py [TEST FILES...]          # the hand-picked formula breaks below
     python tools/mutation_check.py clusters [--before]      # plausible mistakes vs the exact tests (CLUSTERS)
     python tools/mutation_check.py mutmut MODULE [--before]  # mutmut on one core module (docs/testing.md)
-    python tools/mutation_check.py mutmut-recheck MODULE     # its survivors again, with today's exact tests
+    python tools/mutation_check.py mutmut-recheck MODULE [--unlisted]  # its survivors again, with today's tests
     python tools/mutation_check.py mutmut-sample MODULE N [SEED]  # N random mutants not yet checked
     python tools/mutation_check.py mutmut-counts [MODULE...]  # the scratch copies' counts, as docs/testing.md's table
     python tools/mutation_check.py mutmut-all [--children N] [MODULE...]  # the full run, resumable (below)
@@ -194,9 +194,10 @@ def _scratch(module: str, before: bool) -> str:
 NOT_KILLED = (0, 2, 5, 33, 36, 24, -24, 152, 255)  # mutmut's exit codes: survived, interrupted, no tests, timeout
 
 
-def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0) -> int:
+def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0, unlisted: bool = False) -> int:
     """Re-run the survivors, timeouts and mutants no test reached of an earlier ``mutmut MODULE`` with today's tests
-    (the mutants that run never got to stay unchecked).
+    (the mutants that run never got to stay unchecked); ``unlisted``: only those docs/mutants.md does not list as
+    equivalent (the ones new tests were written for).
 
     ``sample``: instead, run a uniform random sample (``seed``) of that many of the mutants never checked (the
     rest stay unchecked, earlier results stand); the names go to ``sample.txt`` in the scratch copy.
@@ -207,13 +208,14 @@ def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0) -> int
         for d in (dst, os.path.join(dst, "mutants")):
             shutil.copy(os.path.join(SRC, t), os.path.join(d, t))
     rerun, unchecked = [], []
+    equivalent = _listed("Equivalent") if unlisted else {}
     for meta in glob.glob(os.path.join(dst, "mutants", "**", "*.meta"), recursive=True):
         data = json.load(open(meta))
         codes = data["exit_code_by_key"]
         for k, v in codes.items():
             if v is None:
                 unchecked.append(k)
-            elif v in NOT_KILLED and sample is None:
+            elif v in NOT_KILLED and sample is None and not _in(equivalent, k):
                 rerun.append(k)
                 codes[k] = None
         json.dump(data, open(meta, "w"), indent=4)
@@ -408,7 +410,7 @@ def _mutmut_in(dst: str, what: str, tests, t0: float, names=None, children: int 
 
 def main() -> int:
     if sys.argv[1:2] == ["mutmut-recheck"]:
-        return recheck_mutmut(sys.argv[2])
+        return recheck_mutmut(sys.argv[2], unlisted="--unlisted" in sys.argv[3:])
     if sys.argv[1:2] == ["mutmut-counts"]:
         for m in sys.argv[2:] or [m for m in MODULES if os.path.isdir(_scratch(m, False))]:
             print(mutmut_counts(m))
