@@ -11,7 +11,9 @@ Independent of brwsim's own algorithms, plain and slow on purpose:
   its rank, computed identically in JAX and Python), so that a reference
   outside JAX sees exactly brwsim's tree; :func:`stored_rows` presents the
   same law as a drawn one (the oracle then stores each node's entries);
-* :func:`exact_pair_law`: the target's law of its first two tokens on one tree.
+* :func:`exact_pair_law`: the target's law of its first two tokens on one tree;
+* :func:`returns_within`: a call that must end within a time limit (a guard
+  against a loop that never ends, in the tests).
 
 The heap reference pops equal keys in slot order, which is the oracle's
 tie-break (earliest-taken parent), and sums path log-probabilities in float32
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -206,3 +209,16 @@ def reference_batch(rows: list, roots, P: int, K: int, dtype: str = "float32"):
     par = np.array([x[1] for x in res], np.int64)
     rank = np.array([x[2] for x in res], np.int64)
     return lp, par, rank
+
+
+def returns_within(seconds: float, f, *args):
+    """``f(*args)`` (its JAX arrays ready), or AssertionError if it raised or has not returned within ``seconds``.
+
+    The call runs in a daemon thread, so a loop that never ends fails the test instead of hanging it.
+    """
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(jax.block_until_ready(f(*args))), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert out, f"{getattr(f, '__name__', f)} raised or did not return within {seconds} s"
+    return out[0]

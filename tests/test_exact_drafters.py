@@ -50,7 +50,7 @@ from brwsim.drafters import (
 )
 from brwsim.errors import BrwsimError
 from brwsim.laws import fixed_law, markov_law, parse_law
-from brwsim.testing import table_law
+from brwsim.testing import returns_within, table_law
 
 _register = registrar({})
 L = math.log
@@ -280,7 +280,7 @@ def test_sequoia_dp_with_a_depth_limit():
 
 
 def test_greedy_tree_and_brute_force_by_hand():
-    assert greedy_tree(A_MIXED, 4) == (pytest.approx(1.25), [(0,), (1,), (2,), (1, 1)])
+    assert returns_within(10, greedy_tree, A_MIXED, 4) == (pytest.approx(1.25), [(0,), (1,), (2,), (1, 1)])
     assert greedy_tree([0.5], 3) == (pytest.approx(0.875), [(0,), (0, 0), (0, 0, 0)])  # a chain
     assert greedy_tree([0.5, 0.25], 3) == (pytest.approx(1.0), [(0,), (1,), (0, 0)])  # .5, .25, .25: sibling first
     assert brute_force_best(A_MIXED, 3, max_rank=2) == pytest.approx(0.95)  # ranks 0, 1 only: .5, .25, .2

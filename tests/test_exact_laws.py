@@ -6,7 +6,6 @@ Each statistical check has a fixed seed and a tolerance of four standard errors 
 from __future__ import annotations
 
 import math
-import threading
 import warnings
 
 import jax
@@ -33,6 +32,7 @@ from brwsim.laws import (
     rank_of,
     topk_sorted,
 )
+from brwsim.testing import returns_within
 from brwsim.theory import moments, sample_moments
 
 N = 4000
@@ -200,20 +200,10 @@ def _squeeze_by_hand(key, alpha, n):
     return x, i
 
 
-def _ends(seconds: float, f, *args):
-    """``f(*args)``, failing the test unless it returns within ``seconds`` (a guard against a loop that never ends)."""
-    out: list = []
-    t = threading.Thread(target=lambda: out.append(jax.block_until_ready(f(*args))), daemon=True)  # not async
-    t.start()
-    t.join(seconds)
-    assert out, f"{f.__name__} raised or did not return within {seconds} s"
-    return out[0]
-
-
 @pytest.mark.parametrize("alpha", [0.3, 1.0, 1.2, 2.5])
 def test_log_gamma_variates_have_the_gamma_law(alpha):
     # the rejection loop ends: every entry is accepted within a few passes
-    x = np.asarray(_ends(60, log_gamma_variates, jax.random.key(3), alpha, (20000,)), np.float64)
+    x = np.asarray(returns_within(60, log_gamma_variates, jax.random.key(3), alpha, (20000,)), np.float64)
     # draw by draw, the squeeze method written out by hand (several passes: some entries were rejected)
     want, passes = _squeeze_by_hand(jax.random.key(3), alpha, 20000)
     assert passes >= 2
