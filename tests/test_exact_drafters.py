@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 import types
+import warnings
+from decimal import Decimal
 
 import jax
 import jax.numpy as jnp
@@ -93,6 +95,19 @@ def test_node_qtable_wide_path_with_ties():
     np.testing.assert_array_equal(r16, want_tokens[:16])
 
 
+def test_node_qtable_of_the_exact_drafter_lists_target_ranks_in_order():
+    # q = p: the drafter's k-th token is the target's rank k, on a law whose tokens are in no particular order
+    law, k = parse_law("dirichlet:V=40,alpha=1"), jax.random.key(1)
+    lp = np.asarray(node_pq(law, Exact(), k, 0)[0])
+    for K in (3, 16, 17, 24):  # ranks by counting (K <= 16) and by one sort (K > 16)
+        assert not np.array_equal(np.argsort(-lp)[:K], np.arange(K))  # the top K tokens are not tokens 0 .. K - 1
+        q, p, r = node_qtable(law, Exact(), k, 0, K)
+        np.testing.assert_array_equal(r, np.arange(K))
+        assert r.dtype == jnp.int32
+        np.testing.assert_array_equal(q, p)
+        np.testing.assert_array_equal(p, np.sort(lp)[::-1][:K])
+
+
 def test_chain_follows_the_drafter():
     t = tree(jax.jit(lambda k: chain_one(fixed_law(P3), Reverse(), k, 3))(jax.random.key(0)))
     np.testing.assert_array_equal(t["parent"], [-1, 0, 1])
@@ -101,10 +116,10 @@ def test_chain_follows_the_drafter():
     np.testing.assert_allclose(t["logP"], [L(0.2), 2 * L(0.2), 3 * L(0.2)], rtol=1e-6)
 
 
-def markov_ab():
-    """States a: (0.6, 0.4), b: (0.9, 0.1); the root is in a; a's rank-0 child is in a, its rank-1 child in b;
-    b's children are in a (every transition certain)."""
-    return markov_law({"states": {"a": "fixed:probs=0.6/0.4", "b": "fixed:probs=0.9/0.1"}, "initial": "a",
+def markov_ab(initial="a"):
+    """States a: (0.6, 0.4), b: (0.9, 0.1); the root is in ``initial``; a's rank-0 child is in a, its rank-1 child
+    in b; b's children are in a (every transition certain)."""
+    return markov_law({"states": {"a": "fixed:probs=0.6/0.4", "b": "fixed:probs=0.9/0.1"}, "initial": initial,
                        "kernel": {"a": [[1.0, 0.0], [0.0, 1.0]], "b": [[1.0, 0.0]]}})  # fmt: skip
 
 
@@ -170,6 +185,17 @@ def test_noise_draft_law_log_odds_variance():
     np.testing.assert_allclose(np.logaddexp.reduce(lq, axis=1), 0, atol=1e-5)
 
 
+def test_noise_draft_law_adds_sigma_times_the_keys_own_normal_draw():
+    # log q = log p + sigma Z, renormalised, with Z = jax.random.normal(key, (V,)): a seed names one q
+    lp = np.log(np.float32([0.4, 0.3, 0.2, 0.1]))
+    k = jax.random.key(11)
+    z = np.asarray(jax.random.normal(k, (4,)), np.float64)
+    assert np.all(np.abs(z) > 0.05)  # every token moved
+    want = lp.astype(np.float64) + 0.5 * z
+    want -= np.logaddexp.reduce(want)
+    np.testing.assert_allclose(np.asarray(Noise(sigma=0.5).logq(k, lp), np.float64), want, atol=1e-6)
+
+
 def test_mixture_puts_w_on_one_uniformly_placed_token():
     w, n = 0.3, 4000
     mix = Mix(w=w, law=fixed_law([1.0]))  # the second law is a point mass, placed on a random token
@@ -184,6 +210,20 @@ def test_mixture_puts_w_on_one_uniformly_placed_token():
     for t in range(4):
         f = np.mean(where == t)
         assert abs(f - 0.25) <= 4 * math.sqrt(0.25 * 0.75 / n)
+
+
+def test_mixture_with_a_random_second_law_draws_it_at_every_node():
+    # p = (1/2, 1/2), w = 1/2, r ~ Dirichlet(1, 1) = (U, 1 - U) with U uniform on (0, 1), a law that permuting the
+    # two tokens keeps: q_0 = 1/4 + U / 2 is uniform on (1/4, 3/4), mean 1/2, variance 1/48, P(q_0 < 3/8) = 1/4
+    mix, n = parse_draft_law("mix:w=0.5,law=dirichlet:V=2,alpha=1"), 4000
+    lp = np.log(np.float32([0.5, 0.5]))
+    q = np.exp(
+        np.asarray(jax.jit(jax.vmap(lambda k: mix.logq(k, lp)))(jax.random.split(jax.random.key(2), n)), np.float64)
+    )
+    np.testing.assert_allclose(q.sum(axis=1), 1, rtol=1e-6)
+    assert np.all(q[:, 0] >= 0.25 - 1e-6) and np.all(q[:, 0] <= 0.75 + 1e-6)
+    assert abs(q[:, 0].mean() - 0.5) <= 4 * math.sqrt(1 / 48 / n)
+    assert abs(np.mean(q[:, 0] < 0.375) - 0.25) <= 4 * math.sqrt(0.25 * 0.75 / n)
 
 
 def test_mixture_of_two_point_masses_is_log_one_and_eagle_keeps_its_tree_whole():
@@ -299,6 +339,20 @@ def test_greedy_tree_and_brute_force_compute_in_float64():
     assert isinstance(v, float) and v == pytest.approx(want, rel=1e-14)
 
 
+def test_sequoia_dp_reads_its_rates_as_float64():
+    # rates as Decimals or strings are read as the float64 numbers they name: a = (.5, .2), best 3 nodes
+    # [0] .5, [0,0] .25, [1] .2
+    want = (pytest.approx(0.95, rel=1e-12), [(0,), (1,), (0, 0)])
+    assert sequoia_dp([Decimal("0.5"), Decimal("0.2")], 3) == want
+    assert sequoia_dp(["0.5", "0.2"], 3) == want
+
+
+def test_sequoia_dp_takes_no_node_that_adds_nothing():
+    # the drafter's tokens are never accepted: every node has value 0 and the best tree is the empty one
+    assert sequoia_dp([0.0, 0.0], 3) == (0.0, [])
+    assert sequoia_dp([0.0], 2, 1) == (0.0, [])
+
+
 def test_greedy_tree_breaks_rate_ties_to_the_smaller_rank():
     # ranks 2 and 3 share the largest rate: the one-node tree is rank 2 (ties to the smaller rank, as rank_of);
     # numpy's default (unstable) sort of these rates puts rank 3 first
@@ -364,6 +418,37 @@ def test_static_tree_reads_each_node_state():
     np.testing.assert_allclose(np.exp(np.asarray(t.logP)), [0.4, 0.6, 0.04], rtol=1e-6)
 
 
+def test_static_tree_reads_the_root_state_and_carries_each_node_key():
+    # markov_ab rooted in b under Reverse (K = 2): in b, drafter rank 0 is target rank 1 (p .1) and drafter rank 1
+    # target rank 0 (p .9), both children in a; below [0], in a, drafter rank 0 is target rank 1 (p .4, child in b)
+    par, qr = (jnp.asarray(x) for x in tree_arrays([(0,), (1,), (0, 0)]))
+    k0 = jax.random.key(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no scatter of a float into an int field (JAX's FutureWarning)
+        t = jax.jit(lambda k: static_one(markov_ab("b"), Reverse(), k, par, qr, 2))(k0)
+    np.testing.assert_array_equal(t.rank, [1, 0, 1])
+    np.testing.assert_array_equal(t.state, [0, 0, 1])
+    np.testing.assert_allclose(np.exp(np.asarray(t.logP)), [0.1, 0.9, 0.04], rtol=1e-6)
+    # node keys: the parent's key folded with 2 + target rank
+    k1 = jax.random.fold_in(k0, 3)
+    want = [k1, jax.random.fold_in(k0, 2), jax.random.fold_in(k1, 3)]
+    np.testing.assert_array_equal(t.key, np.stack([jax.random.key_data(k) for k in want]))
+    # a tree key of another PRNG implementation: its node keys are of that implementation
+    kr = jax.random.key(4, impl="rbg")
+    t = jax.jit(lambda k: static_one(fixed_law(P3), Reverse(), k, par, qr, 2))(kr)
+    np.testing.assert_array_equal(t.rank, [2, 1, 2])
+    k1 = jax.random.fold_in(kr, 4)
+    want = [k1, jax.random.fold_in(kr, 3), jax.random.fold_in(k1, 4)]
+    np.testing.assert_array_equal(t.key, np.stack([jax.random.key_data(k) for k in want]))
+
+
+def test_tree_arrays_of_a_deep_tree():
+    # a chain of three and a branch below its second node: each node's parent is the node of its path minus one rank
+    par, qr = tree_arrays([(0,), (1,), (0, 0), (0, 0, 0), (0, 0, 1), (0, 0, 1, 0)])
+    np.testing.assert_array_equal(par, [-1, -1, 0, 2, 2, 4])
+    np.testing.assert_array_equal(qr, [0, 1, 0, 0, 1, 0])
+
+
 def test_acceptance_rates_and_sequoia_paths_by_hand():
     # Reverse on p = (0.5, 0.3, 0.2): the drafter's k-th token has target probability 0.2, 0.3, 0.5
     a, se = acceptance_rates(jax.random.key(0), fixed_law(P3), Reverse(), 3, samples=5)
@@ -378,6 +463,15 @@ def test_acceptance_rates_and_sequoia_paths_by_hand():
     assert sequoia_paths(jax.random.key(0), fixed_law(P3), Reverse(), 3, 1, samples=4) == [(0,), (1,), (2,)]
 
 
+def test_acceptance_rates_and_draft_stats_read_the_root_state():
+    # markov_ab rooted in b: p = (0.9, 0.1), Reverse's q = (0.1, 0.9): its k-th token has target probability .1, .9
+    a, _ = acceptance_rates(jax.random.key(0), markov_ab("b"), Reverse(), 2, samples=2)
+    np.testing.assert_allclose(a, [0.1, 0.9], rtol=1e-6)
+    for initial, p in [("a", 0.6), ("b", 0.9)]:  # the root state's entropy
+        st = draft_stats(jax.random.key(0), markov_ab(initial), "exact", samples=2)
+        assert st.entropy.mean == pytest.approx(-(p * L(p) + (1 - p) * L(1 - p)), rel=1e-6)
+
+
 def test_acceptance_rates_standard_error_of_a_random_draft():
     # Noise on p = (1/2, 1/2): the drafter's top token is either one, each of probability 1/2: no spread
     # p = (0.75, 0.25): the top token is 0.75 or 0.25, so E = 0.75 u + 0.25 (1 - u), se from the sample
@@ -388,6 +482,24 @@ def test_acceptance_rates_standard_error_of_a_random_draft():
     # two roots, one top token of each kind: mean 0.5, sample sd 0.5 / sqrt(2), se = sd / sqrt(2) = 0.25
     a, se = acceptance_rates(jax.random.key(3), fixed_law([0.75, 0.25]), Noise(sigma=3.0), 1, samples=2)
     assert a[0] == pytest.approx(0.5) and se[0] == pytest.approx(0.25)
+
+
+def test_sequoia_reads_its_samples():
+    # p = (0.9, 0.1) under Noise(sigma=4): a root's drafter top token is the target's top with probability u
+    # (about 0.65), so a_0 = 0.1 + 0.8 c / N, a_1 = 1 - a_0, c of the N roots; the 2-node tree is [0], [1] when
+    # a_0^2 < a_1, i.e. a_0 < (sqrt 5 - 1) / 2 = 0.6180340, else [0], [0, 0]. Run key 1937: c = 2652 of the first
+    # 4096 roots (a_0 = 0.6179688), and roots 0, 1 and 4096 are all such roots: 2653 of 4097 (a_0 = 0.6180376),
+    # 2 of 2 (a_0 = 0.9)
+    law, dl, k = fixed_law([0.9, 0.1]), Noise(sigma=4.0), jax.random.key(1937)
+    for n, c in [(2, 2), (4096, 2652), (4097, 2653)]:
+        a, _ = acceptance_rates(k, law, dl, 2, samples=n)
+        np.testing.assert_allclose(a, [0.1 + 0.8 * c / n, 0.9 - 0.8 * c / n], rtol=1e-6)
+    np.testing.assert_allclose(acceptance_rates(k, law, dl, 2)[0][0], 0.1 + 0.8 * 2652 / 4096, rtol=1e-6)  # 4096
+    assert sequoia_paths(k, law, dl, 2, None) == [(0,), (1,)]  # 4096 roots by default
+    assert sequoia_paths(k, law, dl, 2, None, samples=4097) == [(0,), (0, 0)]
+    assert sequoia_paths(k, law, dl, 2, None, samples=2) == [(0,), (0, 0)]
+    assert parse_drafter("sequoia").paths(k, law, dl, 2) == [(0,), (1,)]
+    assert parse_drafter("sequoia:samples=2").paths(k, law, dl, 2) == [(0,), (0, 0)]
 
 
 # -- EAGLE beyond one level, and a candidate the drafter gives no mass
@@ -404,6 +516,23 @@ def test_eagle_two_levels_by_hand():
     np.testing.assert_array_equal(t["rank"], [2, 1, 2, 1, 2, 2, 1, 1])
     want = [0.2, 0.3, 0.04, 0.06, 0.06, 0.008, 0.09, 0.012]
     np.testing.assert_allclose(np.exp(t["logP"]), want, rtol=1e-5)
+
+
+def test_eagle_three_levels_links_every_candidate_to_its_own_parent():
+    # top_k = 2, depth = 3 under Reverse (a = target rank 2: q .5, p .2; b = target rank 1: q .3, p .3): the frontier
+    # is a, b; then aa, ab (of aa .25, ab .15, ba .15, bb .09); then aaa, aab (of aaa .125, aab .075, aba .075,
+    # abb .045); P = 14 keeps all 2 + 4 + 4 + 4 candidates. Each node's path, read through its parent links:
+    t = tree(jax.jit(lambda k: eagle_one(fixed_law(P3), Reverse(), k, 14, 2, 3))(jax.random.key(0)))
+    assert [t[f].dtype for f in ("parent", "depth", "logP", "rank")] == [np.int32, np.int32, np.float32, np.int32]
+    paths = []
+    for i in range(14):
+        par = t["parent"][i]
+        assert -1 <= par < i
+        paths.append((paths[par] if par >= 0 else "") + "ab"[2 - t["rank"][i]])
+        assert t["depth"][i] == len(paths[i])
+        want = math.prod({"a": 0.2, "b": 0.3}[c] for c in paths[i])
+        assert math.exp(t["logP"][i]) == pytest.approx(want, rel=1e-5)
+    assert sorted(paths) == sorted("a b aa ab ba bb aaa aab aba abb aaaa aaab aaba aabb".split())
 
 
 def test_eagle_carries_each_node_state_and_key():
@@ -431,7 +560,10 @@ def test_eagle_candidate_without_drafter_mass_counts_nothing():
 
 
 def test_eagle_too_few_candidates():
-    with pytest.raises(BrwsimError, match="eagle with top_k=1, depth=1 generates only 2 candidates, fewer than P=3"):
+    with pytest.raises(
+        BrwsimError,
+        match=r"eagle with top_k=1, depth=1 generates only 2 candidates, fewer than P=3; raise top_k or depth(\n|$)",
+    ):
         jax.eval_shape(lambda k: eagle_one(fixed_law(P3), Reverse(), k, 3, 1, 1), jax.random.key(0))
 
 
@@ -464,9 +596,31 @@ def test_drafter_values_tree_by_tree():
     d, dl = parse_drafter("topq"), parse_draft_law("exact")
     parts = list(drafter_batches(jax.random.key(2), d, law, dl, [1, 3], 5, 2, lo=2))  # trees 2, 3, 4 only
     assert [(cols, start, v.shape) for cols, start, v in parts] == [([0, 1], 0, (2, 2)), ([0, 1], 2, (1, 2))]
+    assert all(v.dtype == np.float64 for _, _, v in parts)
     np.testing.assert_array_equal(np.concatenate([v for _, _, v in parts]), a[2:])
     assert len(set(a[:, 1].tolist())) == 5  # five different trees
     assert np.all(a[:, 1] > a[:, 0]) and np.all(a[:, 0] >= 0.25)  # the root's top child has p >= 1/V
+
+
+class CountingOracle(Oracle):
+    """The oracle, noting how many tree keys each call receives."""
+
+    def trees(self, key, law, dlaw, keys, P):
+        CALLS.append(keys.shape[0])
+        return super().trees(key, law, dlaw, keys, P)
+
+
+CALLS: list[int] = []
+
+
+def test_drafter_values_builds_batch_trees_at_a_time():
+    CALLS.clear()
+    v = drafter_values(jax.random.key(0), CountingOracle(), fixed_law(P3), "exact", [1, 2], trees=5, batch=2)
+    np.testing.assert_allclose(v, np.tile([0.5, 0.8], (5, 1)), rtol=1e-6)
+    assert CALLS == [2, 2, 2]  # trees 0-1, 2-3, 4 (the last call's second tree is cut off)
+    # the draft law is checked against the target law
+    with pytest.raises(BrwsimError, match="draft law mix: the second law has V=3 tokens but the target law has 2"):
+        drafter_values(jax.random.key(0), "oracle", fixed_law([0.5, 0.5]), Mix(w=0.5, law=fixed_law(P3)), [1], 1)
 
 
 def test_drafters_by_name():
@@ -610,6 +764,7 @@ def test_node_pq_reads_the_node_keys_and_state(tmp_path):
 def test_draft_stats_of_a_random_drafter_samples_every_tree():
     st = draft_stats(jax.random.key(0), "fixed:probs=0.5/0.5", "noise:sigma=0.3", samples=6)
     assert st.entropy.n == 6 and st.entropy.mean == pytest.approx(L(2), rel=1e-6)
+    assert draft_stats(jax.random.key(0), "fixed:probs=0.5/0.5", "noise:sigma=0.3").entropy.n == 4096  # by default
     assert st.kl.mean > 0 and st.tv.mean > 0
     with pytest.raises(BrwsimError, match="the second law has V=3 tokens"):
         draft_stats(jax.random.key(0), "fixed:probs=0.5/0.5", "mix:w=0.5,law=fixed:probs=0.5/0.3/0.2")
