@@ -212,13 +212,24 @@ def reference_batch(rows: list, roots, P: int, K: int, dtype: str = "float32"):
 
 
 def returns_within(seconds: float, f, *args):
-    """``f(*args)`` (its JAX arrays ready), or AssertionError if it raised or has not returned within ``seconds``.
+    """``f(*args)`` (its JAX arrays ready), or a test failure if it has not returned within ``seconds``.
 
-    The call runs in a daemon thread, so a loop that never ends fails the test instead of hanging it.
+    The call runs in a daemon thread, so a loop that never ends fails the test instead of hanging it; an
+    exception the call raises is raised again here.
     """
     out: list = []
-    t = threading.Thread(target=lambda: out.append(jax.block_until_ready(f(*args))), daemon=True)
+
+    def call():
+        try:
+            out.append((True, jax.block_until_ready(f(*args))))
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            out.append((False, e))
+
+    t = threading.Thread(target=call, daemon=True)
     t.start()
     t.join(seconds)
-    assert out, f"{getattr(f, '__name__', f)} raised or did not return within {seconds} s"
-    return out[0]
+    assert out, f"{getattr(f, '__name__', f)} did not return within {seconds} s"
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value

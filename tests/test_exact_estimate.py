@@ -14,7 +14,6 @@ import json
 import math
 import re
 import sys
-import threading
 import time
 import types
 from fractions import Fraction
@@ -33,6 +32,7 @@ from brwsim.errors import BrwsimError
 from brwsim.estimate import oracle_values
 from brwsim.laws import markov_law, parse_law
 from brwsim.oracle import default_batch, kernel_choice, oracle_memory
+from brwsim.testing import returns_within
 from brwsim.theory import KINDS
 
 LN2 = math.log(2)
@@ -47,32 +47,11 @@ def simulate(*args, **kwargs):
         pytest.fail("simulate raised KeyboardInterrupt: it reported no finished tree")
 
 
-def _within(seconds: float, f, *args):
-    """``f(*args)``, failing the test if it has not returned within ``seconds`` (a hang guard)."""
-    out: list = []
-
-    def call():
-        try:
-            out.append((True, f(*args)))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
-            out.append((False, e))
-
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        pytest.fail(f"{getattr(f, '__name__', f)} did not return within {seconds} s")
-    ok, value = out[0]
-    if not ok:
-        raise value
-    return value
-
-
 @pytest.fixture()
 def search_ends(monkeypatch):
     """Every search for the largest P that fits must return within seconds (a hang guard)."""
     real = est._largest_P
-    monkeypatch.setattr(est, "_largest_P", lambda law, budget: _within(10, real, law, budget))
+    monkeypatch.setattr(est, "_largest_P", lambda law, budget: returns_within(10, real, law, budget))
 
 
 @pytest.fixture(scope="module")
@@ -583,7 +562,7 @@ def test_the_largest_P_that_fits_by_brute_force(monkeypatch):
     law = parse_law("fixed:probs=0.5/0.5")
     for budget, want in ((10**6, 1), (1.235e9, 1235), (2e6 - 1, 1), (10**6 * 2**20 + 5e5, 2**20), (9.99e12, 9990000)):
         assert want * 10**6 <= budget < (want + 1) * 10**6
-        assert _within(10, est._largest_P, law, budget) == want
+        assert returns_within(10, est._largest_P, law, budget) == want
 
 
 def test_a_batch_never_exceeds_the_budget_by_a_byte(monkeypatch):
