@@ -134,7 +134,10 @@ def sample_accepted_one(law: Law, tree_key, tree: DraftTree, walk_key, K: int) -
         return found, jnp.where(found, nxt, cur), depth + found.astype(jnp.int32), dn, k, s
 
     init = (jnp.bool_(True), jnp.int32(-1), jnp.int32(0), d0, tree_key, s0)
-    return jax.lax.while_loop(lambda st: st[0], body, init)[2]
+    # each step goes one node deeper into the tree, so at most P steps find a node: the bound never acts, and the
+    # loop ends however the tree is built
+    P = tree.logP.shape[-1]
+    return jax.lax.while_loop(lambda st: st[0] & (st[2] < P), body, init)[2]
 
 
 @partial(jax.jit, static_argnames=("K",))

@@ -11,21 +11,27 @@ law's own node distributions, float64 path sums), with some entries per node not
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from brwsim._lowering import threefry_fold_in_words
 from brwsim.errors import BrwsimError
-from brwsim.laws import fixed_law, markov_law, parse_law
+from brwsim.laws import fixed_law, load_pool, markov_law, parse_law
 from brwsim.oracle import (
     KERNELS,
     TABLE_BYTES,
     _batch,
     _frontier,
+    _kernel,
+    _native,
     _records,
     best_first_one,
     default_batch,
@@ -51,6 +57,7 @@ from brwsim.tree import (
     tree_value,
 )
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 L = math.log
 P3 = [0.5, 0.3, 0.2]
 # T*_9 of p = (0.5, 0.3, 0.2), by hand: (parent index, rank, depth, P(v)) in the order taken
@@ -239,6 +246,69 @@ def test_kernel_on_a_markov_law_of_drawn_laws():
         np.testing.assert_allclose(np.asarray(t.logP[i]), [lp for lp, _ in best], rtol=1e-5)
 
 
+def test_kernel_on_indexed_laws_whose_rows_vary(tmp_path):
+    # indexed laws whose nodes hold different rows: a pool law (each node's row drawn from its key, rows without
+    # ties) and a Markov law of fixed laws whose root starts in its second state (row 1). The JAX kernel's trees
+    # are the P nodes of largest P(v) of the realised trees (realised_best: float64 path sums, rows read through
+    # law.node_logp). A row repeated along a path makes ties ((0, 1) and (1, 0)), so the node sets are compared,
+    # with no tie across the P-th place, and the values in order
+    np.savez(tmp_path / "pool.npz", probs=np.array([[0.61, 0.27, 0.12], [0.47, 0.34, 0.19]]))
+    pool, keys = load_pool(str(tmp_path / "pool.npz")), jax.random.split(jax.random.key(13), 3)
+    t = oracle_batch(pool, keys, 6, 3, kernel="jax")
+    firsts = set()
+    for i, k in enumerate(keys):
+        best = realised_best(pool, k, 7, 3)
+        assert best[5][0] > best[6][0] + 1e-6
+        best = best[:6]
+        assert set(paths_of(fields(t, i))) == {path for _, path in best}
+        np.testing.assert_allclose(np.asarray(t.logP[i]), [lp for lp, _ in best], rtol=1e-5)
+        firsts.add(round(math.exp(best[0][0]), 6))
+    assert firsts == {0.61, 0.47}  # roots in both rows
+    # the chain of rank-0 children in state b: P(v) = 0.9^depth (the next node, (1,), has 0.1 < 0.9^4)
+    m = markov_law({"states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.9/0.1"}, "initial": "b",
+                    "kernel": {"a": [[1.0, 0.0]], "b": [[0.0, 1.0]]}})  # fmt: skip
+    t = fields(oracle_batch(m, jax.random.split(jax.random.key(3), 2), 4, 2, kernel="jax"), 1)
+    assert paths_of(t) == [(0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)]
+    np.testing.assert_array_equal(t["state"], 1)
+    np.testing.assert_allclose(np.exp(t["logP"]), [0.9, 0.81, 0.729, 0.6561], rtol=1e-6)
+
+
+def test_kernel_on_a_drawn_law_inside_jit(drawn):
+    # traced keys: the kernel makes its own buffers (records and the node table of each tree's entries), and keeps
+    # all K entries whatever K_keep asks (a traced call cannot rerun a tree)
+    law, keys, best = drawn
+    t = jax.jit(lambda k: oracle_batch(law, k, 5, 5, K_keep=1, kernel="jax"))(keys)
+    for i, b in enumerate(best):
+        assert paths_of(fields(t, i)) == [path for _, path in b]
+        np.testing.assert_allclose(np.asarray(t.logP[i]), [lp for lp, _ in b], rtol=1e-5)
+
+
+def test_indexed_law_keeps_every_entry_and_a_chain_fills_the_frontier():
+    # an indexed law's node keeps a row index, so K_keep leaves nothing out: T*_9 of (0.5, 0.3, 0.2) by hand.
+    # p = (0.9, 0.1): T*_9 is the chain of rank-0 children (0.9^9 = 0.387 > 0.1), each node the previous one's
+    # child, so the 9th node is the child of the 8th, whose candidate sits in frontier slot 8 (past one block)
+    keys = jax.random.split(jax.random.key(5), 2)
+    t = fields(oracle_batch(fixed_law(P3), keys, 9, 3, K_keep=1, kernel="jax"), 1)
+    np.testing.assert_array_equal(t["parent"], [x[0] for x in HAND9])
+    np.testing.assert_allclose(np.exp(t["logP"]), [x[3] for x in HAND9], rtol=1e-6)
+    t = fields(oracle_batch(fixed_law([0.9, 0.1]), keys, 9, 2, kernel="jax"), 0)
+    np.testing.assert_array_equal(t["parent"], np.arange(-1, 8))
+    np.testing.assert_allclose(np.exp(t["logP"]), 0.9 ** np.arange(1, 10), rtol=1e-6)
+
+
+def test_auto_runs_the_native_kernel_on_the_laws_it_serves(monkeypatch):
+    # auto (the default): a fixed law on this CPU device runs natively (where a compiler is found), a drawn law in JAX
+    if not _native.available():
+        pytest.skip("no C compiler here: auto runs the JAX kernel")
+    calls, native = [], _native.run_native
+    monkeypatch.setattr(_native, "run_native", lambda law, *a: calls.append(type(law).__name__) or native(law, *a))
+    keys = jax.random.split(jax.random.key(5), 2)
+    t = fields(oracle_batch(fixed_law(P3), keys, 9, 3), 1)
+    np.testing.assert_allclose(np.exp(t["logP"]), [x[3] for x in HAND9], rtol=1e-6)
+    oracle_batch(parse_law(DIRICHLET), keys, 5, 5)
+    assert calls == ["Fixed"]
+
+
 def test_drawn_law_with_entries_left_out_is_rerun_exactly(drawn):
     law, keys, best = drawn
     # the example needs the reruns: every tree takes some node's second child, which one kept entry misses
@@ -299,9 +369,55 @@ def test_kernel_split_over_a_tuple_of_devices():
     _batch.clear_caches()
 
 
-def test_drawn_law_one_tree(drawn):
+_DEVICES_SCRIPT = r"""
+import json, jax, numpy as np
+from brwsim.laws import fixed_law, parse_law
+from brwsim.oracle import _native, oracle_batch
+d, keys = jax.devices(), jax.random.split(jax.random.key(5), 4)
+assert len(d) == 4, d
+def same(a, b, B):
+    return all(np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f))[:B]) for f in a._fields)
+out, law = {}, parse_law("dirichlet:V=6,alpha=0.5")
+one = oracle_batch(law, keys, 9, 5, kernel="jax")
+for n, B, kw in [(2, 2, {}), (4, 4, {"K_keep": 2})]:  # one tree per device; reruns in batches of whole devices
+    t = oracle_batch(law, keys[:B], 9, 5, kernel="jax", devices=d[:n], **kw)
+    out[f"jax {n} {B}"] = [same(t, one, B), len(t.logP.sharding.device_set)]
+if _native.available():
+    one = oracle_batch(fixed_law([0.5, 0.3, 0.2]), keys, 9, 3, kernel="native")
+    t = oracle_batch(fixed_law([0.5, 0.3, 0.2]), keys[:2], 9, 3, kernel="native", devices=d[:2])
+    out["native 2 2"] = [same(t, one, 2), len(t.logP.sharding.device_set)]
+print(json.dumps(out))
+"""
+
+
+def test_trees_split_over_several_devices(processes):
+    # four host devices (a process of its own): trees split over 2 or 4 of them are those of one device, bit for
+    # bit, and come back split over those devices: a drawn law with one tree per device (run twice) and with
+    # entries left out (reruns in batches that split evenly), and the native kernel (where a compiler is found)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    rc, out, err = processes.run([sys.executable, "-c", _DEVICES_SCRIPT], 300, env=env, cwd=ROOT)
+    assert rc == 0, err[-2000:]
+    want = {"jax 2 2": [True, 2], "jax 4 4": [True, 4]}
+    if _native.available():
+        want["native 2 2"] = [True, 2]
+    assert json.loads(out.strip().splitlines()[-1]) == want
+
+
+def test_drawn_law_one_tree(drawn, monkeypatch):
+    # one tree per device (here one tree, one device): a drawn law's tree is run twice in one kernel call (XLA
+    # copies the node table at every step otherwise) and one copy kept; reruns with 4 entries kept do the same.
+    # Two trees, or an indexed law, run as they are.
     law, keys, best = drawn
+    sizes, run = [], _batch._run
+    monkeypatch.setattr(
+        _batch, "_run", lambda law, k, Kc, **kw: sizes.append((k.shape[0], Kc)) or run(law, k, Kc, **kw)
+    )
     t = oracle_batch(law, keys[2:], 5, 5, K_keep=4, kernel="jax")  # run twice, one copy kept
+    assert sizes[0] == (2, 4) and all(n == 2 for n, _ in sizes)
+    sizes.clear()
+    oracle_batch(law, keys[:2], 5, 5, kernel="jax")
+    oracle_batch(fixed_law(P3), keys[:1], 5, 3, kernel="jax")
+    assert sizes == [(2, 5), (1, 3)]
     assert t.logP.shape == (1, 5) and t.key.shape == (1, 5, 2)
     one = fields(t, 0)
     assert paths_of(one) == [path for _, path in best[2]]
@@ -422,6 +538,8 @@ def test_frontier_shape_rule():
     for S, want in [(1, (1, 1, 8)), (9, (2, 1, 8)), (192, (24, 1, 8)), (193, (13, 2, 8)), (384, (24, 2, 8))]:
         assert tuple(frontier_shape(S)) == want, S
     assert tuple(frontier_shape(385)) == (13, 4, 8) and tuple(frontier_shape(10**5)) == (782, 16, 8)
+    for S, want in [(768, (24, 4, 8)), (769, (13, 8, 8)), (3072, (24, 16, 8)), (3073, (25, 16, 8))]:
+        assert tuple(frontier_shape(S)) == want, S
 
 
 def test_frontier_top_replace_insert():
@@ -621,6 +739,10 @@ def test_buffers_kept_between_calls_change_nothing():
     assert not _batch._SCRATCH  # freed
     first = fields(oracle_batch(law, keys, 9, 3, kernel="jax"), 1)
     assert len(_batch._SCRATCH) == 1  # the last call's buffers, one shape at a time
+    # an indexed law keeps a row index per node: records [P + 1, B, width] only, no node table (tag's Kc None);
+    # width = 5 words (log P, depth, state, row, pointer), 2 key words (threefry), the parent
+    ((tag, buf),) = _batch._SCRATCH.items()
+    assert tag[:4] == (10, 2, 8, None) and [b.shape for b in buf] == [(10, 2, 8)]
     again = fields(oracle_batch(law, keys, 9, 3, kernel="jax"), 1)  # reuses them: every slot is rewritten
     for f in first:
         np.testing.assert_array_equal(again[f], first[f])
@@ -629,6 +751,29 @@ def test_buffers_kept_between_calls_change_nothing():
     assert len(_batch._SCRATCH) == 1
     _batch.clear_caches()
     assert not _batch._SCRATCH
+
+
+def test_node_keys_take_the_unrolled_fold_for_threefry_keys():
+    # the hand-unrolled fold gives jax.random.fold_in's key words bit for bit, and the kernel takes it for
+    # threefry keys only (rbg keys have four words and go through fold_in itself)
+    keys = jax.random.split(jax.random.key(7), 4)
+    kd = jax.random.key_data(keys)
+    for data in (0, 1, 5, 2**31 - 3):
+        words = threefry_fold_in_words(kd[:, 0], kd[:, 1], data)
+        want = jax.random.key_data(jax.vmap(lambda k, data=data: jax.random.fold_in(k, data))(keys))
+        np.testing.assert_array_equal(np.stack(words, axis=-1), want)
+    assert _kernel._Draws(fixed_law(P3), keys, 3).unrolled is True
+    assert _kernel._Draws(fixed_law(P3), jax.random.split(jax.random.key(7, impl="rbg"), 4), 3).unrolled is False
+
+
+def test_buffers_are_taken_by_their_tag():
+    # the buffers kept under the asked tag come back as they are, and every other shape's are released
+    _batch.clear_caches()
+    tag, kept = (4, 2, 8, None, None), (jnp.ones((4, 2, 8), jnp.int32),)
+    _batch._SCRATCH.update({tag: kept, (5, 2, 8, None, None): (jnp.zeros((5, 2, 8), jnp.int32),)})
+    assert _batch._take_scratch(tag) is kept and not _batch._SCRATCH
+    new = _batch._take_scratch((4, 2, 8, 3, None))  # none kept: fresh records and node table
+    assert [(b.shape, b.dtype) for b in new] == [((4, 2, 8), jnp.int32), ((4, 2, 3), jnp.float32)]
 
 
 def test_kernel_names_and_the_laws_the_native_kernel_serves():

@@ -82,7 +82,7 @@ def greedy_tree(a, n: int) -> tuple[float, list[tuple[int, ...]]]:
     order = np.argsort(-a, kind="stable")
     heap = [(-a[order[0]], (int(order[0]),), 0)]
     out, total = [], 0.0
-    while heap and len(out) < n:
+    for _ in range(n):  # one path a step; every step pushes its first child, so the heap is never empty
         negw, path, i = heapq.heappop(heap)
         out.append(path)
         total += -negw

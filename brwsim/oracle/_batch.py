@@ -156,11 +156,12 @@ def oracle_batch(
         if devs:
             tree_keys = place_batch(devs, tree_keys)
         return _native.run_native(law, tree_keys, P, K, devs)[0]
-    if not (law.indexed or traced) and tree_keys.shape[0] == n_dev:
-        # With one tree per device XLA copies a drawn law's node table at every step (measured: 13x
-        # slower at P = 16384 than two trees); run each tree twice and keep one copy.
-        twice = oracle_batch(law, jnp.concatenate([tree_keys, tree_keys]), P, K, K_keep=K_keep, devices=devices)
-        return jax.tree.map(lambda x: x[: tree_keys.shape[0]], twice)
+    B = tree_keys.shape[0]
+    # With one tree per device XLA copies a drawn law's node table at every step (measured: 13x slower at
+    # P = 16384 than two trees): run each tree twice then, in the same call, and keep one copy.
+    twice = not (law.indexed or traced) and B == n_dev
+    if twice:
+        tree_keys = jnp.concatenate([tree_keys, tree_keys])
     Kc = K if traced or law.indexed else keep_entries(P, K, K_keep)  # an indexed law keeps a row index
     shape = frontier.shape_for(P + 1)
     devs = tuple(devices) if devices is not None and len(devices) > 1 and not traced else None
@@ -173,7 +174,7 @@ def oracle_batch(
         wider = min(K, 4 * Kc)
         tree, dropped = _rerun(run, law, tree_keys, tree, dropped, bad, P, Kc, wider, n_dev)
         Kc = wider
-    return tree
+    return jax.tree.map(lambda x: x[:B], tree) if twice else tree
 
 
 def _rerun(run, law: Law, tree_keys, tree, dropped, bad, P: int, Kc: int, wider: int, n_dev: int):

@@ -44,9 +44,9 @@ def shape_for(S: int) -> Shape:
     so blocks of 8 slots, and blocks per group doubled (up to 16) while there
     would be more than 24 groups.
     """
-    slots, blocks = 8, 1
-    while blocks < 16 and slots * blocks * 24 < S:
-        blocks *= 2
+    slots = 8
+    need = -(-S // (slots * 24))  # blocks per group for at most 24 groups
+    blocks = min(16, 1 << max(0, need - 1).bit_length())  # the power of two >= need (no loop to get stuck in)
     return Shape(-(-S // (slots * blocks)), blocks, slots)
 
 
