@@ -44,6 +44,7 @@ from brwsim.oracle import (
     tail_bound,
 )
 from brwsim.oracle._native import check_kernel, program, use_native
+from brwsim.testing import TableLaw, stored_rows
 from brwsim.tree import (
     DraftTree,
     child_node,
@@ -273,6 +274,17 @@ def test_kernel_on_indexed_laws_whose_rows_vary(tmp_path):
     np.testing.assert_allclose(np.exp(t["logP"]), [0.9, 0.81, 0.729, 0.6561], rtol=1e-6)
 
 
+def test_rerun_when_a_left_out_child_passes_only_the_last_node():
+    # p = (0.5, 0.3, 0.2) stored as a drawn law, 2 entries kept a node, P = 4: the first call's tree is the best 4
+    # nodes of ranks 0 and 1, (0) .5, (1) .3, (0, 0) .25, (0, 1) .15; the root's rank-1 child was taken, so its
+    # left-out children are bounded by min(p[1], 1 - .8 + slack) = .2 >= .15, the last node only: that tree is
+    # rerun with every entry, and T*_4 takes (2) .2 instead of (0, 1)
+    law = stored_rows(TableLaw(logp=jnp.log(jnp.float32([P3]))))
+    t = fields(oracle_batch(law, jax.random.split(jax.random.key(5), 2), 4, 3, K_keep=2, kernel="jax"), 0)
+    assert paths_of(t) == [(0,), (1,), (0, 0), (2,)]
+    np.testing.assert_allclose(np.exp(t["logP"]), [0.5, 0.3, 0.25, 0.2], rtol=1e-6)
+
+
 def test_kernel_on_a_drawn_law_inside_jit(drawn):
     # traced keys: the kernel makes its own buffers (records and the node table of each tree's entries), and keeps
     # all K entries whatever K_keep asks (a traced call cannot rerun a tree)
@@ -370,37 +382,41 @@ def test_kernel_split_over_a_tuple_of_devices():
 
 
 _DEVICES_SCRIPT = r"""
-import json, jax, numpy as np
+import json, sys, jax, numpy as np
 from brwsim.laws import fixed_law, parse_law
-from brwsim.oracle import _native, oracle_batch
+from brwsim.oracle import oracle_batch
 d, keys = jax.devices(), jax.random.split(jax.random.key(5), 4)
 assert len(d) == 4, d
-def same(a, b, B):
-    return all(np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f))[:B]) for f in a._fields)
-out, law = {}, parse_law("dirichlet:V=6,alpha=0.5")
-one = oracle_batch(law, keys, 9, 5, kernel="jax")
-for n, B, kw in [(2, 2, {}), (4, 4, {"K_keep": 2})]:  # one tree per device; reruns in batches of whole devices
-    t = oracle_batch(law, keys[:B], 9, 5, kernel="jax", devices=d[:n], **kw)
-    out[f"jax {n} {B}"] = [same(t, one, B), len(t.logP.sharding.device_set)]
-if _native.available():
-    one = oracle_batch(fixed_law([0.5, 0.3, 0.2]), keys, 9, 3, kernel="native")
-    t = oracle_batch(fixed_law([0.5, 0.3, 0.2]), keys[:2], 9, 3, kernel="native", devices=d[:2])
-    out["native 2 2"] = [same(t, one, 2), len(t.logP.sharding.device_set)]
+out = {}
+for name, n, B, K, kw in json.loads(sys.argv[1]):
+    law = parse_law("dirichlet:V=6,alpha=0.5") if name == "drawn" else fixed_law([0.5, 0.3, 0.2])
+    t = oracle_batch(law, keys[:B], 9, K, devices=d[:n], **kw)
+    words = {f: np.asarray(getattr(t, f)).view(np.int32).tolist() for f in t._fields}  # logP's bits as int32
+    out[f"{name} {n} {B}"] = [len(t.logP.sharding.device_set), words]
 print(json.dumps(out))
 """
 
 
 def test_trees_split_over_several_devices(processes):
-    # four host devices (a process of its own): trees split over 2 or 4 of them are those of one device, bit for
-    # bit, and come back split over those devices: a drawn law with one tree per device (run twice) and with
-    # entries left out (reruns in batches that split evenly), and the native kernel (where a compiler is found)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    rc, out, err = processes.run([sys.executable, "-c", _DEVICES_SCRIPT], 300, env=env, cwd=ROOT)
-    assert rc == 0, err[-2000:]
-    want = {"jax 2 2": [True, 2], "jax 4 4": [True, 4]}
+    # a process with four host devices splits trees over 2 or 4 of them: they come back split over those devices
+    # and are this process's trees (one device) bit for bit. A drawn law with one tree per device (run twice), and
+    # with entries left out (reruns in batches that split evenly), and the native kernel (where a compiler is found)
+    cases = [("drawn", 2, 2, 5, {"kernel": "jax"}), ("drawn", 4, 4, 5, {"kernel": "jax", "K_keep": 2})]
     if _native.available():
-        want["native 2 2"] = [True, 2]
-    assert json.loads(out.strip().splitlines()[-1]) == want
+        cases.append(("fixed", 2, 2, 3, {"kernel": "native"}))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    argv = [sys.executable, "-c", _DEVICES_SCRIPT, json.dumps(cases)]
+    rc, out, err = processes.run(argv, 300, env=env, cwd=ROOT)
+    assert rc == 0, err[-2000:]
+    got = json.loads(out.strip().splitlines()[-1])
+    keys = jax.random.split(jax.random.key(5), 4)
+    for name, n, B, K, kw in cases:
+        law = parse_law("dirichlet:V=6,alpha=0.5") if name == "drawn" else fixed_law(P3)
+        t = oracle_batch(law, keys[:B], 9, K, **kw)
+        devices, words = got[f"{name} {n} {B}"]
+        assert devices == n, (name, n)
+        for f in DraftTree._fields:
+            np.testing.assert_array_equal(np.asarray(words[f]), np.asarray(getattr(t, f)).view(np.int32), f)
 
 
 def test_drawn_law_one_tree(drawn, monkeypatch):
