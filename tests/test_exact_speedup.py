@@ -1020,7 +1020,7 @@ class _Model:
     def __call__(self, input_ids, use_cache, **kw):
         if "past_key_values" not in kw:
             self.log.append(("prefill", tuple(input_ids.shape), use_cache, kw))
-            self.cache = _Cache(self.log)
+            self.cache, self.context_ids = _Cache(self.log), input_ids.flatten().tolist()
             return SimpleNamespace(past_key_values=self.cache)
         assert use_cache is True and kw["past_key_values"] is self.cache
         n = input_ids.shape[1]
@@ -1187,6 +1187,12 @@ def test_rest_of_pass_times_the_source_it_is_given(monkeypatch):
 
 
 @needs_torch
+def test_best_budget_with_no_budget_is_plain_decoding():
+    # no E[X] at any budget: P = 0 (plain decoding, speedup 1) is the only candidate, the best and the whole set
+    b = best_P_set({}, {0: [0.5, 0.7, 0.6]}, replicates=20)
+    assert (b.P_hat, b.near_best, b.smallest, b.speedup, b.argmax_share) == (0, [0], 0, {0: 1.0}, {0: 1.0})
+
+
 def test_tree_token_ids_are_drawn_from_the_whole_vocabulary():
     """The tree's token ids are uniform on 0 .. vocab - 1: a one-token vocabulary has only the id 0; 64 draws from
     two ids show both (each is missed with probability 2^-64), on the source's device, as one batch row."""
@@ -1194,6 +1200,23 @@ def test_tree_token_ids_are_drawn_from_the_whole_vocabulary():
     assert _timing._ids(torch, np.random.default_rng(0), 1, 3, src).tolist() == [[0, 0, 0]]
     ids = _timing._ids(torch, np.random.default_rng(0), 2, 64, src)
     assert ids.shape == (1, 64) and set(ids.flatten().tolist()) == {0, 1}
+
+
+@needs_torch
+def test_verify_times_context_is_uniform_and_each_pass_is_waited_for(monkeypatch):
+    """The prefill's token ids are uniform on 0 .. vocab - 1 (a one-token vocabulary gives only 0; 64 draws from two
+    ids show both, each missed with probability 2^-64), and the clock is read between two waits on the source's
+    device, one right before and one right after each pass (CUDA runs asynchronously)."""
+    clock, log, waits = _Clock(), [], []
+    monkeypatch.setattr(_timing, "time", clock)
+    monkeypatch.setattr(_timing, "synchronize", lambda dev: waits.append((dev, sum(e[0] == "pass" for e in log))))
+    for vocab, want in ((1, {0}), (2, {0, 1})):
+        model = _Model(clock, log)
+        src = SimpleNamespace(model=model, vocab_size=vocab, device="cpu", dtype=torch.float32)
+        _timing.verify_times(src, [2], context=64, repeats=1, warmup=0)
+        assert len(model.context_ids) == 64 and set(model.context_ids) == want
+    # two passes (P = 0 and 2) a call, two calls: each pass k is waited for before (k passes done) and after (k + 1)
+    assert waits == [("cpu", k + a) for k in range(4) for a in (0, 1)]
 
 
 @needs_torch

@@ -25,18 +25,15 @@ from ..llm.sources._hf import _torch, synchronize
 def _tree_inputs(torch, P: int, context: int, dtype, device):
     n = P + 1
     parent = [-1] + [(i - 1) // 2 for i in range(1, n)]
-    depth = [0] * n
     allowed = torch.zeros((n, context + n), dtype=torch.bool)
     allowed[:, :context] = True
+    path: list[list[int]] = []  # path[i]: the nodes from the root to node i (a parent comes before its children)
     for i in range(n):
-        j = i
-        while j >= 0:
-            allowed[i, context + j] = True
-            j = parent[j]
-        depth[i] = 0 if i == 0 else depth[parent[i]] + 1
+        path.append((path[parent[i]] if i else []) + [i])
+        allowed[i, [context + j for j in path[i]]] = True
     mask = torch.zeros(allowed.shape, dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    pos = torch.tensor([[context + d for d in depth]], device=device)
+    pos = torch.tensor([[context + len(p) - 1 for p in path]], device=device)  # context + depth
     return mask[None, None].to(device), pos
 
 
