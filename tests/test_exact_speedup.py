@@ -449,6 +449,9 @@ def test_isotonic_fit_by_hand_and_against_brute_force():
     assert isotonic_fit([1, 3, 2], [1, 1, 3]) == [1.0, 2.25, 2.25]  # (3 x 1 + 2 x 3) / 4
     assert isotonic_fit([2, 2, 1, 5]) == pytest.approx([5 / 3, 5 / 3, 5 / 3, 5.0])
     assert isotonic_fit([1.0, 1.0, 2.0]) == [1.0, 1.0, 2.0] and isotonic_fit([]) == []
+    # equal neighbours are already non-decreasing: left as they are, bit for bit (pooling 0.1 weighted 1 and 2 would
+    # give (0.1 + 0.2) / 3 = 0.10000000000000002)
+    assert isotonic_fit([0.1, 0.1], [1, 2]) == [0.1, 0.1]
     with pytest.raises(ValueError):
         isotonic_fit([1, 2], [1])
     cases = [
@@ -653,6 +656,20 @@ def test_best_P_set_by_enumeration():
     # second prompt 3 instead of 4: S(2) - S(1) is at most 4/2 - 3/1.25 = -0.4 in every replicate
     b = best_P_set({1: [1.0, 2.0], 2: [1.0, 3.0]}, times, replicates=200)
     assert (b.near_best, b.argmax_share) == ([1], {0: 0.0, 1: 1.0, 2: 0.0})
+
+
+def test_best_P_set_upper_point_is_the_level_quantile():
+    # three prompts, every t_verify 1: S(2) - S(1) is the mean over the resampled prompts of X2 - X1 = (-0.5, -0.5,
+    # +0.2). With c draws of the third prompt it is (0.7 c - 1.5) / 3: >= 0 only at c = 3 (probability 1/27 = 3.7%),
+    # -0.033 at c = 2 (6/27). The upper 97.5% point lies in c = 3 (3.7% > 2.5%): P = 2 is near the best. At a 60%
+    # level the upper point is the 80% quantile, inside c = 2 (the top 20% holds c = 3's 3.7% and then c = 2): out.
+    # 2000 replicates: c = 3 comes ~74 times (sd 8.4), 50 needed
+    ex, times = {1: [1.0, 1.0, 1.0], 2: [0.5, 0.5, 1.2]}, {0: [1.0], 1: [1.0], 2: [1.0]}
+    b = best_P_set(ex, times, replicates=2000, seed=1)
+    assert (b.P_hat, b.near_best) == (1, [1, 2])
+    assert abs(b.argmax_share[2] - 1 / 27) <= 4 * math.sqrt((1 / 27) * (26 / 27) / 2000)  # P = 2 wins only at c = 3
+    assert best_P_set(ex, times, replicates=2000, seed=1, level=0.6).near_best == [1]
+    assert best_P_set(ex, times, replicates=2000, seed=1) == b  # the same seed, the same replicates
 
 
 def test_best_P_set_fits_times_and_counts_drafting():
