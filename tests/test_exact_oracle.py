@@ -397,7 +397,7 @@ print(json.dumps(out))
 """
 
 
-def test_trees_split_over_several_devices(processes):
+def test_trees_split_over_devices_are_this_process_trees(processes):
     # a process with four host devices splits trees over 2 or 4 of them: they come back split over those devices
     # and are this process's trees (one device) bit for bit. A drawn law with one tree per device (run twice), and
     # with entries left out (reruns in batches that split evenly), and the native kernel (where a compiler is found)
