@@ -392,7 +392,7 @@ for name, n, B, K, kw in json.loads(sys.argv[1]):
     law = parse_law("dirichlet:V=6,alpha=0.5") if name == "drawn" else fixed_law([0.5, 0.3, 0.2])
     t = oracle_batch(law, keys[:B], 9, K, devices=d[:n], **kw)
     words = {f: np.asarray(getattr(t, f)).view(np.int32).tolist() for f in t._fields}  # logP's bits as int32
-    out[f"{name} {n} {B}"] = [len(t.logP.sharding.device_set), words]
+    out[f"{name} {n} {B}"] = [[s.data.shape[0] for s in t.logP.addressable_shards], words]  # rows on each device
 print(json.dumps(out))
 """
 
@@ -413,8 +413,8 @@ def test_trees_split_over_devices_are_this_process_trees(processes):
     for name, n, B, K, kw in cases:
         law = parse_law("dirichlet:V=6,alpha=0.5") if name == "drawn" else fixed_law(P3)
         t = oracle_batch(law, keys[:B], 9, K, **kw)
-        devices, words = got[f"{name} {n} {B}"]
-        assert devices == n, (name, n)
+        rows, words = got[f"{name} {n} {B}"]
+        assert rows == [B // n] * n, (name, n, rows)  # split: B / n trees on each of the n devices
         for f in DraftTree._fields:
             np.testing.assert_array_equal(np.asarray(words[f]), np.asarray(getattr(t, f)).view(np.int32), f)
 

@@ -174,7 +174,9 @@ def oracle_batch(
         wider = min(K, 4 * Kc)
         tree, dropped = _rerun(run, law, tree_keys, tree, dropped, bad, P, Kc, wider, n_dev)
         Kc = wider
-    return jax.tree.map(lambda x: x[:B], tree) if twice else tree
+    if twice:  # the first copies; a slice of a split array comes back whole, so split it over the devices again
+        tree = jax.tree.map(lambda x: x[:B] if devs is None else place_batch(devs, x[:B]), tree)
+    return tree
 
 
 def _rerun(run, law: Law, tree_keys, tree, dropped, bad, P: int, Kc: int, wider: int, n_dev: int):
