@@ -137,7 +137,12 @@ def sample_accepted_one(law: Law, tree_key, tree: DraftTree, walk_key, K: int) -
     # each step goes one node deeper into the tree, so at most P steps find a node: the bound never acts, and the
     # loop ends however the tree is built
     P = tree.logP.shape[-1]
-    return jax.lax.while_loop(lambda st: jnp.logical_and(st[0], st[2] < P), body, init)[2]
+
+    def going(st):
+        found, _, depth, *_ = st
+        return jnp.logical_and(found, depth < P)
+
+    return jax.lax.while_loop(going, body, init)[2]
 
 
 @partial(jax.jit, static_argnames=("K",))
