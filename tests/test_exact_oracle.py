@@ -400,8 +400,10 @@ print(json.dumps(out))
 def test_trees_split_over_devices_are_this_process_trees(processes):
     # a process with four host devices splits trees over 2 or 4 of them: they come back split over those devices
     # and are this process's trees (one device) bit for bit. A drawn law with one tree per device (run twice), and
-    # with entries left out (reruns in batches that split evenly), and the native kernel (where a compiler is found)
+    # with entries left out (reruns in batches that split evenly), two trees a device, and the native kernel (where a
+    # compiler is found)
     cases = [("drawn", 2, 2, 5, {"kernel": "jax"}), ("drawn", 4, 4, 5, {"kernel": "jax", "K_keep": 2})]
+    cases.append(("drawn", 2, 4, 5, {"kernel": "jax", "K_keep": 2}))  # two trees a device: run once, split
     if _native.available():
         cases.append(("fixed", 2, 2, 3, {"kernel": "native"}))
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
