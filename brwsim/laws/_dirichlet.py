@@ -87,6 +87,11 @@ def log_gamma_variates(key, alpha: float, shape) -> jax.Array:
     return x
 
 
+# A round accepts each entry with probability above 0.95 (a >= 1), so an entry still rejected after 64 rounds has
+# probability below 0.05^64 < 1e-83: the cap never acts, and the loop ends whatever happens inside it.
+MAX_ROUNDS = 64
+
+
 def _log_gamma_at_least_one(kloop, a: float, shape) -> jax.Array:
     """log Gamma(a) variates for a >= 1 (the squeeze method of :func:`log_gamma_variates`)."""
     d = a - 1.0 / 3.0
@@ -104,8 +109,12 @@ def _log_gamma_at_least_one(kloop, a: float, shape) -> jax.Array:
         x = jnp.where(done, x, math.log(d) + logv)
         return i + 1, x, done | ok
 
+    def going(st):
+        i, _, done = st
+        return jnp.logical_and(~jnp.all(done), i < MAX_ROUNDS)
+
     init = (jnp.int32(0), jnp.zeros(shape), jnp.zeros(shape, bool))
-    return jax.lax.while_loop(lambda s: ~jnp.all(s[2]), body, init)[1]
+    return jax.lax.while_loop(going, body, init)[1]
 
 
 def alpha_scaled_log_gamma(key, alpha: float, shape) -> jax.Array:
