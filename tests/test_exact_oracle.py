@@ -383,16 +383,15 @@ def test_kernel_split_over_a_tuple_of_devices():
 
 _DEVICES_SCRIPT = r"""
 import json, sys, jax, numpy as np
-from brwsim.laws import fixed_law, parse_law
+from brwsim.laws import parse_law
 from brwsim.oracle import oracle_batch
 d, keys = jax.devices(), jax.random.split(jax.random.key(5), 4)
 assert len(d) == 4, d
 out = {}
-for name, n, B, K, kw in json.loads(sys.argv[1]):
-    law = parse_law("dirichlet:V=6,alpha=0.5") if name == "drawn" else fixed_law([0.5, 0.3, 0.2])
-    t = oracle_batch(law, keys[:B], 9, K, devices=d[:n], **kw)
+for spec, n, B, K, kw in json.loads(sys.argv[1]):
+    t = oracle_batch(parse_law(spec), keys[:B], 9, K, devices=d[:n], **kw)
     words = {f: np.asarray(getattr(t, f)).view(np.int32).tolist() for f in t._fields}  # logP's bits as int32
-    out[f"{name} {n} {B}"] = [[s.data.shape[0] for s in t.logP.addressable_shards], words]  # rows on each device
+    out[f"{spec} {n} {B}"] = [[s.data.shape[0] for s in t.logP.addressable_shards], words]  # rows on each device
 print(json.dumps(out))
 """
 
@@ -402,21 +401,20 @@ def test_trees_split_over_devices_are_this_process_trees(processes):
     # and are this process's trees (one device) bit for bit. A drawn law with one tree per device (run twice), and
     # with entries left out (reruns in batches that split evenly), two trees a device, and the native kernel (where a
     # compiler is found)
-    cases = [("drawn", 2, 2, 5, {"kernel": "jax"}), ("drawn", 4, 4, 5, {"kernel": "jax", "K_keep": 2})]
-    cases.append(("drawn", 2, 4, 5, {"kernel": "jax", "K_keep": 2}))  # two trees a device: run once, split
+    cases = [(DIRICHLET, 2, 2, 5, {"kernel": "jax"}), (DIRICHLET, 4, 4, 5, {"kernel": "jax", "K_keep": 2})]
+    cases.append((DIRICHLET, 2, 4, 5, {"kernel": "jax", "K_keep": 2}))  # two trees a device: run once, split
     if _native.available():
-        cases.append(("fixed", 2, 2, 3, {"kernel": "native"}))
+        cases.append(("fixed:probs=0.5/0.3/0.2", 2, 2, 3, {"kernel": "native"}))
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     argv = [sys.executable, "-c", _DEVICES_SCRIPT, json.dumps(cases)]
     rc, out, err = processes.run(argv, 300, env=env, cwd=ROOT)
     assert rc == 0, err[-2000:]
     got = json.loads(out.strip().splitlines()[-1])
     keys = jax.random.split(jax.random.key(5), 4)
-    for name, n, B, K, kw in cases:
-        law = parse_law("dirichlet:V=6,alpha=0.5") if name == "drawn" else fixed_law(P3)
-        t = oracle_batch(law, keys[:B], 9, K, **kw)
-        rows, words = got[f"{name} {n} {B}"]
-        assert rows == [B // n] * n, (name, n, rows)  # split: B / n trees on each of the n devices
+    for spec, n, B, K, kw in cases:
+        t = oracle_batch(parse_law(spec), keys[:B], 9, K, **kw)
+        rows, words = got[f"{spec} {n} {B}"]
+        assert rows == [B // n] * n, (spec, n, rows)  # split: B / n trees on each of the n devices
         for f in DraftTree._fields:
             np.testing.assert_array_equal(np.asarray(words[f]), np.asarray(getattr(t, f)).view(np.int32), f)
 

@@ -672,6 +672,12 @@ def test_best_P_set_upper_point_is_the_level_quantile():
     assert best_P_set(ex, times, replicates=2000, seed=1) == b  # the same seed, the same replicates
 
 
+def test_best_budget_with_no_budget_is_plain_decoding():
+    # no E[X] at any budget: P = 0 (plain decoding, speedup 1) is the only candidate, the best and the whole set
+    b = best_P_set({}, {0: [0.5, 0.7, 0.6]}, replicates=20)
+    assert (b.P_hat, b.near_best, b.smallest, b.speedup, b.argmax_share) == (0, [0], 0, {0: 1.0}, {0: 1.0})
+
+
 def test_best_P_set_fits_times_and_counts_drafting():
     # one repeat per budget (no timing noise to resample) and one prompt: every replicate is the point estimate
     b = best_P_set({1: [1.0], 2: [2.0]}, {0: [1.0], 1: [2.0], 2: [1.0]}, replicates=20)
@@ -1204,12 +1210,6 @@ def test_rest_of_pass_times_the_source_it_is_given(monkeypatch):
 
 
 @needs_torch
-def test_best_budget_with_no_budget_is_plain_decoding():
-    # no E[X] at any budget: P = 0 (plain decoding, speedup 1) is the only candidate, the best and the whole set
-    b = best_P_set({}, {0: [0.5, 0.7, 0.6]}, replicates=20)
-    assert (b.P_hat, b.near_best, b.smallest, b.speedup, b.argmax_share) == (0, [0], 0, {0: 1.0}, {0: 1.0})
-
-
 def test_tree_token_ids_are_drawn_from_the_whole_vocabulary():
     """The tree's token ids are uniform on 0 .. vocab - 1: a one-token vocabulary has only the id 0; 64 draws from
     two ids show both (each is missed with probability 2^-64), on the source's device, as one batch row."""
