@@ -42,6 +42,7 @@ import brwsim
 from brwsim._stats import mean_ci95, paired_ci95
 from brwsim.llm.drafters._report import fixed_builder
 from experiments import common
+from experiments.real_model import MAX_PROMPT_TOKENS, cut_prompts
 
 NAME = "real_drafters"
 TABLE_P = (8, 32, 64, 128)
@@ -104,6 +105,7 @@ def _point_rows(prompt, pr, drs, secs) -> dict:
     return {
         "task": prompt.task,
         "id": prompt.id,
+        "prompt_tokens": int(pr.n_tokens),  # (at MAX_PROMPT_TOKENS: the prompt was cut to its last tokens)
         "oracle": pr.oracle.values.tolist(),
         "xi": [[_finite(x) for x in w] for w in pr.walks.xi.tolist()],  # null after a walk's end
         "H": float(np.nanmean(pr.walks.H)),
@@ -265,7 +267,12 @@ def _drafter_rows(params, label, pts, j, cal, seed) -> list[dict]:
     se = math.sqrt(sum(c["se"] ** 2 for c in ch)) / len(ch)
     xm, vm = float(np.mean([c["mean"] for c in ch])), float(np.mean([c["value"] for c in ch]))
     calls, z = sum(c["samples"] for c in ch), (xm - vm) / se if se > 0 else 0.0
+    # the check speculates on each prompt's best builder at its P (brwsim.llm.drafters._measure), which is not
+    # always the fixed builder the fractions use: its builders are named, and the fixed builder's value beside
+    used = sorted({c["builder"] for c in ch})
+    fv = mean_ci95([d["values"][fixed][ch[0]["P"] - 1] for d in ds])
     rows.append(common.row(label, ch[0]["P"], "check_accepted_per_call", xm, 1.96 * se, calls, seed, value=vm, z=z,
+                           builders=used, fixed_builder=fixed, fixed_value=fv[0], fixed_value_ci95=fv[1],
                            **extra))  # fmt: skip
     return rows
 
@@ -296,7 +303,13 @@ def aggregate(params: dict, points: list[dict], cal: dict, timing: dict | None =
     it measured any prompt)."""
     rows = []
     for task in dict.fromkeys(p["task"] for p in points):
-        rows += _task_rows(params, task, [p for p in points if p["task"] == task], cal)
+        pts = [p for p in points if p["task"] == task]
+        rows += _task_rows(params, task, pts, cal)
+        if all("prompt_tokens" in p for p in pts):  # (points measured before it was recorded lack it)
+            cut = cut_prompts(p["prompt_tokens"] for p in pts)
+            extra = dict(max_prompt_tokens=MAX_PROMPT_TOKENS, drafter=None, task=task)
+            rows.append(common.row(f"{params['model']}/{task}", None, "prompts_cut", cut, 0.0, len(pts),
+                                   params["seed"], **extra))  # fmt: skip
     model = sum(sum(p["phases"].values()) for p in points)
     rows.append(
         common.row(
@@ -335,6 +348,7 @@ def figure(rows: list[dict]):
 
         P, m, ci = series("oracle")
         ax.errorbar(P, m, yerr=ci, fmt="o-", color="k", lw=2, label="real oracle T*_P (speed of light)", zorder=5)
+        light = {p: a + c for p, a, c in zip(P, m, ci, strict=True)}  # the oracle's upper 95% end
         P, m, _ = series("dual_bound")
         ax.plot(P, m, "-.", color="k", lw=1, label="dual bound (rigorous, upper 97.5%)")
         names = list(dict.fromkeys(r["drafter"] for r in sel if r["statistic"] == "fixed"))
@@ -346,10 +360,16 @@ def figure(rows: list[dict]):
             fixed = next(r["builder"] for r in sel if r["statistic"] == "fixed" and r["drafter"] == name)
             ax.errorbar(P, m, yerr=ci, fmt="s-", color=col, ms=3, label=f"{name}: {fixed}{tag}")
             P, m, _ = series("ik_lorden", name)
-            if P:
-                ax.plot(P, m, ":", color=col, lw=1.3)
-        ik = "dotted: imperfect-knowledge prediction s_P/mu_q + mu_2q/mu_q^2 - 1"
+            low = [(p, v) for p, v in zip(P, m, strict=True) if v <= light.get(p, math.inf)]
+            high = [(p, v) for p, v in zip(P, m, strict=True) if v > light.get(p, math.inf)]
+            if low:
+                ax.plot(*zip(*low, strict=True), ":", color=col, lw=1.3)
+            if high:
+                ax.plot(*zip(*high, strict=True), "x", color=col, ms=4, alpha=0.6)
+        ik = "dotted: imperfect-knowledge prediction s_P/mu_q + mu_2q/mu_q^2 - 1 (a prediction, not a bound)"
         ax.plot([], [], ":", color="grey", lw=1.3, label=ik)
+        ax.plot([], [], "x", color="grey", ms=4, label="x: that prediction above the real oracle's 95% interval, "
+                "i.e. above the speed of light: uninformative there")  # fmt: skip
         ax.set_xscale("log", base=2)
         n = next(r["trees"] for r in sel if r["statistic"] == "oracle")
         ax.set_title(f"{label}, {n} prompts (95% t intervals)", fontsize=9)
@@ -368,7 +388,10 @@ def _pm(r) -> str:
 def table(rows: list[dict], params: dict) -> str:
     Ps = [P for P in TABLE_P if P in params["P"]] or [max(params["P"])]
     head = "| task | drafter | " + " | ".join(f"frac. of oracle P={P}" for P in Ps)
-    head += " | KL (nats) | H(p,q) (nats) | held-out KL | direct check X/call (P) | path-prob. value |"
+    head += (
+        " | KL (nats) | H(p,q) (nats) | held-out KL | direct check X/call (P; its trees' builder) | "
+        "their path-prob. value (z) | fixed builder's value at that P |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     get = {(r["law"], r["drafter"], r["statistic"], r["P"]): r for r in rows if "drafter" in r}
     for label in dict.fromkeys(r["law"] for r in rows if r["statistic"] == "oracle"):
@@ -389,10 +412,19 @@ def table(rows: list[dict], params: dict) -> str:
                 _pm(ce) if ce else "n/a (no q)",
                 f"{hk['mean']:.2f}" if hk else "n/a",
             ]
-            cells += [f"{ck['mean']:.3f} ± {ck['ci95']:.3f} (P={ck['P']})", f"{ck['value']:.3f} (z = {ck['z']:+.2f})"]
+            used = "/".join(ck["builders"]) if ck.get("builders") else "best per prompt"
+            fx = get.get((label, name, "fixed", ck["P"]))
+            cells += [f"{ck['mean']:.3f} ± {ck['ci95']:.3f} (P={ck['P']}; {used})",
+                      f"{ck['value']:.3f} (z = {ck['z']:+.2f})",
+                      f"{fx['mean']:.3f} ± {fx['ci95']:.3f} ({fx['builder']})" if fx else "n/a"]  # fmt: skip
             lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
     lines += ["", "Fractions: the builder fixed in advance (topq for a drafter with a q, lookup_tree for a proposer), "
               "mean of per-prompt ratios with a 95% Student-t interval over the prompts.",
+              "Direct check: real speculative calls on the tree of each prompt's builder with the largest value at "
+              "the check's P on that prompt (best per prompt, not the fixed builder: chosen on the scored prompt, "
+              "so its X/call is not comparable with the fractions), against the same trees' path-probability value "
+              "(z with the exact standard error); the last column is the fixed builder's value at that P (mean over "
+              "the prompts, 95% t interval), the tree the fractions score.",
               "X = accepted draft tokens per verifier call; published acceptance lengths tau = X + 1.",
               "Published (context only; large targets with trained heads, T = 0):"]  # fmt: skip
     lines += [f"- {what}: tau = {tau:.2f}, i.e. X = {tau - 1:.2f} ({src})" for what, tau, src in PUBLISHED]
@@ -448,6 +480,9 @@ def main(argv=None) -> dict:
     path.write_text(tab)
     counts = ", ".join(f"{task} {k}" for task, k in scored.items())
     lines = [f"prompts scored per task: {counts} (of {params['n']} each; table above, {path.name})"]
+    cut = [f"{r['task']} {r['mean']}" for r in rows if r["statistic"] == "prompts_cut"]
+    if cut:
+        lines.append(f"prompts cut to their last {MAX_PROMPT_TOKENS} tokens: " + ", ".join(cut))
     per = {k: sum(sum(p.get(k, {}).values()) for p in points) / len(points) for k in ("phases", "floor", "host")}
     lines.append(f"per prompt: {per['phases']:.1f} s of model time (floor {per['floor']:.1f} s), {per['host']:.1f} s "
                  "of host time; by phase in results/real_drafters.jsonl (seconds_per_prompt)")  # fmt: skip

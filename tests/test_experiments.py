@@ -139,3 +139,50 @@ def test_reproduce_budget_reaches_the_prompt_experiments_only(out, monkeypatch):
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(BrwsimError, match="--budget-seconds must be a finite number >= 0"):
             reproduce.run(quick=True, only=["collapse"], budget_seconds=bad)
+
+
+def test_surrogate_verdicts_need_separate_intervals_and_cut_prompts_are_counted():
+    """The surrogate is "above" or "below" the real oracle only when the two 95% intervals do not overlap (each
+    with its own half-width); a prompt at the source's token limit counts as cut; the report says both."""
+    import inspect
+
+    from brwsim.llm.sources import load_source
+    from experiments import real_model
+
+    v = real_model.surrogate_verdict
+    assert v(1.0, 0.1, 1.2, 0.05) == "above" and v(1.0, 0.1, 0.8, 0.05) == "below"
+    assert v(1.0, 0.1, 1.15, 0.1) == "not resolved"  # outside the oracle's interval, not outside both
+    assert v(1.0, 0.0, 1.0001, float("nan")) == "above"
+    assert real_model.MAX_PROMPT_TOKENS == inspect.signature(load_source).parameters["max_prompt_tokens"].default
+    assert real_model.cut_prompts([12, 383, 384, 384]) == 2
+    rows = [common.row("m/code", None, "prompts_cut", 1, 0.0, 4, 0, max_prompt_tokens=384)]
+    for P, o, s in ((1, (0.5, 0.03), (0.6, 0.01)), (8, (2.0, 0.09), (1.96, 0.04)), (64, (3.57, 0.17), (3.2, 0.05))):
+        rows += [common.row("m/code", P, "oracle", *o, 4, 0), common.row("m/code", P, "surrogate", *s, 2000, 0)]
+    text = "\n".join(real_model.summary_lines(rows))
+    assert "m/code: 1 of 4 prompts cut to their last 384 tokens" in text
+    assert "P=1 above, P=8 not resolved, P=64 below" in text
+
+
+def test_real_drafters_table_names_the_checked_builder_and_shows_the_fixed_one():
+    """The direct check's column says whose trees it speculated on (each prompt's best builder) and the fixed
+    builder's value at the check's P stands beside it; the figure keeps a prediction above the oracle apart."""
+    from experiments import real_drafters
+
+    law, extra = "m/code", dict(drafter="d", task="code")
+    rows = [common.row(law, P, "oracle", 2.0 * P, 0.1, 4, 0, drafter=None, task="code") for P in (8, 32)]
+    for P in (8, 32):
+        rows += [common.row(law, P, "fixed", 1.0 * P / 8, 0.05, 4, 0, builder="topq", **extra),
+                 common.row(law, P, "fraction_of_oracle", 0.5, 0.02, 4, 0, builder="topq", **extra),
+                 common.row(law, P, "ik_lorden", 100.0 if P == 8 else 1.0, 0.0, 4, 0, **extra)]  # fmt: skip
+    rows.append(common.row(law, 32, "check_accepted_per_call", 5.0, 0.1, 600, 0, value=5.1, z=-1.0, **extra))
+    text = real_drafters.table(rows, {"P": [8, 32]})
+    line = next(x for x in text.splitlines() if x.startswith("| m/code | d |"))
+    assert "5.000 ± 0.100 (P=32; best per prompt)" in line and "4.000 ± 0.050 (topq)" in line
+    assert "not the fixed builder" in text
+    rows[-1]["builders"] = ["eagle", "topq"]
+    assert "(P=32; eagle/topq)" in real_drafters.table(rows, {"P": [8, 32]})
+    fig = real_drafters.figure(rows)
+    ax = fig.axes[0]
+    dotted = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":" and len(ln.get_xdata())]
+    crosses = [ln for ln in ax.get_lines() if ln.get_marker() == "x" and len(ln.get_xdata())]
+    assert [list(ln.get_xdata()) for ln in crosses] == [[8]] and [list(ln.get_xdata()) for ln in dotted] == [[32]]

@@ -43,7 +43,11 @@ class OracleRow:
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """The direct check pooled over prompts: real speculative decoding's accepted tokens vs the tree's value."""
+    """The direct check pooled over prompts: real speculative decoding's accepted tokens vs the tree's value.
+
+    The checked tree is each prompt's builder with the largest value at ``P`` on that prompt (``builders``: those
+    used), not always the fixed builder the fractions score; ``fixed_value`` is the fixed builder's mean value at
+    the same P (with its Student-t half-width over prompts), for comparison."""
 
     P: int
     builders: list
@@ -53,6 +57,9 @@ class CheckResult:
     path_probability_value: float
     z: float
     per_prompt_max_abs_z: float
+    fixed_builder: str | None = None
+    fixed_value: float | None = None
+    fixed_value_ci95: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

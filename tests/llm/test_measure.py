@@ -38,3 +38,22 @@ def test_real_search_equals_the_synthetic_oracle(batch):
     assert np.all(np.diff(o.logP) <= 1e-6)  # committed best first
     assert all(pre[:-1] in [()] + [tuple(x) for x in o.prefixes[:i]] for i, pre in enumerate(o.prefixes))
     assert ctx.asked >= o.evaluated - 1  # every evaluated node was asked of the context
+
+
+def test_task_mu_is_one_estimator_over_prompts():
+    """A task's mu and mu_2: the mean of the per-prompt means with the t interval of those same means (not the
+    mean pooled over visited nodes, which weighs a prompt by its walks' length)."""
+    from types import SimpleNamespace
+
+    from brwsim._stats import mean_ci95
+    from brwsim.llm.measure._task import prompt_moments
+
+    nan = np.nan
+    H = [np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]), np.array([[3.0, nan, nan, nan], [3.0, nan, nan, nan]])]
+    H.append(np.array([[2.0, 2.5, nan, nan], [2.0, 1.5, 2.0, nan]]))
+    rs = [SimpleNamespace(walks=SimpleNamespace(H=h, M2=h**2 + 1)) for h in H]
+    m = prompt_moments(rs)
+    per = [1.0, 3.0, 2.0]
+    assert (m["mu"], m["mu_ci95"]) == pytest.approx(mean_ci95(per))
+    assert m["mu"] == pytest.approx(2.0) and np.nanmean(np.concatenate([h.ravel() for h in H])) < 1.8
+    assert (m["mu2"], m["mu2_ci95"]) == pytest.approx(mean_ci95([float(np.nanmean(h**2 + 1)) for h in H]))

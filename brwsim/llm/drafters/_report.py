@@ -41,7 +41,8 @@ def _stats(results: list[DraftedPrompt]) -> dict:
 
 
 def _check(results: list[DraftedPrompt]) -> CheckResult | None:
-    """The direct check pooled over prompts: mean X of all calls vs the mean value, and its z."""
+    """The direct check pooled over prompts: mean X of all calls vs the mean value, and its z; beside it the fixed
+    builder's value at the check's P (the checked tree is each prompt's best builder there, not always that one)."""
     cs = [r.check for r in results if r.check]
     if not cs:
         return None
@@ -53,7 +54,9 @@ def _check(results: list[DraftedPrompt]) -> CheckResult | None:
     builders = sorted({c.builder for c in cs})
     max_z = max(abs(c.mean - c.value) / c.se if c.se > 0 else 0.0 for c in cs)
     calls = int(sum(c.samples for c in cs))
-    return CheckResult(cs[0].P, builders, calls, mean, Z95 * se, value, z, max_z)
+    fixed = fixed_builder(results[0].values)
+    fv, fc = mean_ci95([r.values[fixed][cs[0].P - 1] for r in results])
+    return CheckResult(cs[0].P, builders, calls, mean, Z95 * se, value, z, max_z, fixed, fv, fc)
 
 
 def _ik(results: list[DraftedPrompt], P: int, stats: dict) -> dict:
@@ -128,9 +131,10 @@ def print_drafters(t: dict, out) -> None:
         c = d.get("check")
         if c:
             print(
-                f"  direct check ({c['calls']} speculative calls, P = {c['P']}, {'/'.join(c['builders'])}): "
-                f"{c['accepted_per_call']:.3f} +- {c['accepted_per_call_ci95']:.3f} accepted per call vs "
-                f"path-probability value {c['path_probability_value']:.3f} (z = {c['z']:+.2f})",
+                f"  direct check ({c['calls']} speculative calls, P = {c['P']}, each prompt's best builder: "
+                f"{'/'.join(c['builders'])}): {c['accepted_per_call']:.3f} +- {c['accepted_per_call_ci95']:.3f} "
+                f"accepted per call vs path-probability value {c['path_probability_value']:.3f} (z = {c['z']:+.2f}); "
+                f"the fixed builder ({c.get('fixed_builder')}) at P = {c['P']}: {c.get('fixed_value', math.nan):.3f}",
                 file=out,
             )
     if t.get("drafters"):

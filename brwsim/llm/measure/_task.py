@@ -45,20 +45,29 @@ def pool_law(task: str, results: list[PromptResult]) -> tuple[Pool, float, float
 
 
 def _surrogate(task, results, P_list, surrogate_trees, seed, pool_path):
-    """(mu, mu2, {P: (surrogate mean, ci95)}): the task's i.i.d. surrogate pool, simulated (saved if ``pool_path``)."""
+    """{P: (surrogate mean, ci95)}: the task's i.i.d. surrogate pool, simulated (saved if ``pool_path``)."""
     if pool_path is not None:
         save_pool(pool_path, results)
-    law, mu, mu2 = pool_law(task, results)
+    law, _, _ = pool_law(task, results)
     sim = simulate(law, P=P_list, trees=surrogate_trees, seed=seed, bounds=False, progress=False)
-    return mu, mu2, {res.P: (res.stat.mean, res.stat.ci95) for res in sim.results}
+    return {res.P: (res.stat.mean, res.stat.ci95) for res in sim.results}
+
+
+def prompt_moments(results: list[PromptResult]) -> dict:
+    """mu and mu_2 of a task: each the mean over prompts of the prompt's own mean along its walks, with the
+    Student-t 95% half-width of those per-prompt means (one estimator for the centre and its interval; every
+    prompt weighs the same, as in the oracle's mean over prompts). The surrogate pool's own moments pool every
+    visited node instead, so prompts with longer walks weigh more there."""
+    mu, mu_ci = mean_ci95([float(np.nanmean(r.walks.H)) for r in results])
+    mu2, mu2_ci = mean_ci95([float(np.nanmean(r.walks.M2)) for r in results])
+    return {"mu": mu, "mu_ci95": mu_ci, "mu2": mu2, "mu2_ci95": mu2_ci}
 
 
 def _walk_summary(task, results, P_list, surrogate_trees, seed, pool_path, margin_z):
     """(walk fields, surrogate per P, bounds per P) of a task whose prompts were walked."""
-    mu, mu2, surrogate = _surrogate(task, results, P_list, surrogate_trees, seed, pool_path)
-    w = {"mu": mu, "mu2": mu2}
-    w["mu_ci95"] = mean_ci95([np.nanmean(r.walks.H) for r in results])[1]
-    w["mu2_ci95"] = mean_ci95([np.nanmean(r.walks.M2) for r in results])[1]
+    surrogate = _surrogate(task, results, P_list, surrogate_trees, seed, pool_path)
+    w = prompt_moments(results)
+    mu, mu2 = w["mu"], w["mu2"]
     w["spine_nodes"] = int(sum(np.isfinite(r.walks.H).sum() for r in results))
     w["walks"] = int(sum(r.walks.xi.shape[0] for r in results))
     xi = np.concatenate([r.walks.xi for r in results])
