@@ -1,36 +1,112 @@
 """Checkpoints of ``simulate``: its running sums after every finished round, so a rerun resumes bit for bit.
 
 A checkpoint directory holds one file per run, named by a hash of what fixes
-the run's numbers (law, budgets, trees, seed, drafter, draft law, check): the
-same arguments find their file, other arguments never do. The file holds how
-many trees are finished (always the first ones, in tree order) and every
-running statistic exactly (:meth:`brwsim._stats.RunningStat.state`). Resuming
-adds the remaining trees in the same order, and the per-tree values do not
-depend on the batch, the devices or the process count, so a resumed run
-prints what an uninterrupted one prints, bit for bit, whatever those are.
-Files are written to a unique temporary name and renamed (atomic), by
-process 0 only; process 0 reads the file and hands it to the others.
+the run's numbers: the law, budgets, trees, seed, drafter, draft law and
+check, the resolved content of the law, drafter and draft law (every array
+they hold and the bytes of every file they name, so a law file changed under
+the same path is another run), and the code that computes the trees (a hash
+of the package's simulation sources and the C++ kernel, and the JAX, jaxlib
+and NumPy versions). The same arguments on the same files and code find
+their file; anything else never does. The file holds how many trees are
+finished (always the first ones, in tree order), every running statistic
+exactly (:meth:`brwsim._stats.RunningStat.state`) and a SHA-256 checksum of
+all of it: a truncated, corrupt or edited file is refused in one line, never
+resumed. Resuming adds the remaining trees in the same order, and the
+per-tree values do not depend on the batch, the devices or the process
+count, so a resumed run prints what an uninterrupted one prints, bit for bit,
+whatever those are. Files are written to a unique temporary name and renamed
+(atomic), by process 0 only; process 0 reads the file and hands it to the
+others.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 
+import jax
+import jaxlib
 import numpy as np
 
 from .errors import BrwsimError
 
-FORMAT = 1
+FORMAT = 2
+PACKAGE = Path(__file__).resolve().parent
+NOT_CODE = ("llm", "cli", "reproduce.py", "__pycache__")  # parts of the package that never change a tree's value
 
 
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@functools.cache
+def code_version() -> str:
+    """A hash of the code behind a run's numbers: the package's sources (but the command line, the real-model
+    side and the reproduction scripts), the C++ kernel's source, and the JAX, jaxlib and NumPy versions."""
+    h = hashlib.sha256(f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpy {np.__version__}".encode())
+    files = [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.cc")]
+    for p in sorted(files):
+        rel = p.relative_to(PACKAGE)
+        if not set(rel.parts) & set(NOT_CODE):
+            h.update(f"\0{rel.as_posix()}\0".encode() + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def content_digest(obj) -> str:
+    """A hash of what ``obj`` (a law, drafter or draft law) resolved to: its type, every field, the bytes of
+    every array it holds and of every file a ``path`` field names."""
+    h = hashlib.sha256()
+    _feed(h, obj)
+    return h.hexdigest()[:16]
+
+
+def _feed(h, obj) -> None:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        h.update(f"<{type(obj).__module__}.{type(obj).__qualname__}>".encode())
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            h.update(f"\0{f.name}=".encode())
+            _feed(h, value)
+            if f.name == "path" and isinstance(value, str) and value:
+                h.update(b"\0file=" + _file_bytes(value))
+    elif isinstance(obj, (tuple, list)):
+        h.update(f"[{len(obj)}".encode())
+        for x in obj:
+            _feed(h, x)
+    elif isinstance(obj, dict):
+        h.update(f"{{{len(obj)}".encode())
+        for k in sorted(obj, key=repr):
+            _feed(h, k)
+            _feed(h, obj[k])
+    elif hasattr(obj, "shape") and hasattr(obj, "dtype"):
+        a = np.ascontiguousarray(np.asarray(obj))
+        h.update(f"<{a.dtype.str}{a.shape}>".encode() + a.tobytes())
+    else:
+        h.update(repr(obj).encode())
+
+
+def _file_bytes(path: str) -> bytes:
+    try:
+        with open(os.path.expanduser(path), "rb") as f:
+            return hashlib.sha256(f.read()).digest()
+    except OSError:
+        return b"<unreadable>"
+
+
+def _checksum(arrays: dict) -> str:
+    """SHA-256 of every array of a checkpoint: its name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(np.asarray(arrays[name]))
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode() + a.tobytes())
+    return h.hexdigest()
 
 
 class Checkpoint:
@@ -51,28 +127,45 @@ class Checkpoint:
         if not os.access(self.dir, os.W_OK | os.X_OK):
             raise BrwsimError(f"--checkpoint {self.dir}: the directory is not writable; choose another")
 
+    def refuse(self, why: str) -> BrwsimError:
+        """The one-line error for a file this run cannot resume from, saying how to start afresh."""
+        return BrwsimError(
+            f"checkpoint {self.path} {why}; nothing was resumed: delete that file (or the directory {self.dir}) "
+            "to start the run afresh, or pass another --checkpoint DIR"
+        )
+
     def load(self) -> tuple[int, list[dict]] | None:
-        """(trees finished, states of the statistics) from this run's file, or None if there is none."""
-        if not self.path.exists():
+        """(trees finished, states of the statistics) from this run's file, or None if there is none; a file
+        that cannot be read, fails its checksum or belongs to another run is refused (:meth:`refuse`)."""
+        if not os.path.lexists(self.path):
             return None
         try:
             with np.load(self.path, allow_pickle=False) as z:
-                meta = json.loads(str(z["meta"]))
-                done = int(z["done"])
-                states = [
-                    {"buf": z[f"buf{i}"], "n": int(z["n"][i]), "mean": float(z["mean"][i]), "m2": float(z["m2"][i])}
-                    for i in range(int(z["count"]))
-                ]
-        except (OSError, ValueError, KeyError) as e:
-            raise BrwsimError(
-                f"checkpoint {self.path} cannot be read ({type(e).__name__}); delete it to start the run afresh"
-            ) from None
+                arrays = {k: z[k] for k in z.files}
+        except Exception as e:  # noqa: BLE001 - truncated or corrupt archives raise many kinds (BadZipFile, EOFError...)
+            raise self.refuse(f"cannot be read ({type(e).__name__}: it is truncated or corrupt)") from None
+        stored = arrays.pop("sha256", None)
+        if stored is None or stored.shape != () or str(stored) != _checksum(arrays):
+            raise self.refuse("is corrupt or was edited (its SHA-256 checksum does not match its contents)")
+        try:
+            meta = json.loads(str(arrays["meta"]))
+            done, count = int(arrays["done"]), int(arrays["count"])
+            states = [
+                {"buf": arrays[f"buf{i}"], "n": int(arrays["n"][i]), "mean": float(arrays["mean"][i]),
+                 "m2": float(arrays["m2"][i])}
+                for i in range(count)
+            ]  # fmt: skip
+        except (KeyError, ValueError, TypeError, IndexError):
+            raise self.refuse("is not a checkpoint of this version of brwsim") from None
         if meta != self.meta:
-            raise BrwsimError(f"checkpoint {self.path} belongs to another run; delete it to start afresh")
+            raise self.refuse("belongs to another run")
+        if not 0 <= done <= int(meta.get("trees", 0)):
+            raise self.refuse(f"says {done} trees are finished, not between 0 and {meta.get('trees')}")
         return done, states
 
     def save(self, done: int, states: list[dict]) -> None:
-        """Write ``done`` and the statistics' states: a unique temporary file, then an atomic rename."""
+        """Write ``done``, the statistics' states and their checksum: a unique temporary file, then an atomic
+        rename."""
         arrays = {f"buf{i}": s["buf"] for i, s in enumerate(states)}
         arrays |= {
             "meta": np.array(json.dumps(self.meta, sort_keys=True)),
@@ -82,6 +175,7 @@ class Checkpoint:
             "mean": np.array([s["mean"] for s in states], np.float64),
             "m2": np.array([s["m2"] for s in states], np.float64),
         }
+        arrays["sha256"] = np.array(_checksum(arrays))
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=self.path.stem + ".", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -95,4 +189,4 @@ class Checkpoint:
             raise
 
 
-__all__ = ["Checkpoint"]
+__all__ = ["Checkpoint", "code_version", "content_digest"]

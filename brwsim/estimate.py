@@ -25,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import _processes as processes
-from ._checkpoint import Checkpoint
+from ._checkpoint import Checkpoint, code_version, content_digest
 from ._devices import available_memory, default_devices, resolve_devices
 from ._keys import Stream, tree_keys
 from ._lowering import with_unrolled_threefry
@@ -250,10 +250,23 @@ def _resume(sums: _Sums, run: _Run) -> int:
     """Trees already finished by an earlier run of the same arguments (its statistics restored into ``sums``)."""
     if run.ckpt is None:
         return 0
-    saved = processes.gather(run.ckpt.load() if processes.is_main() else None)[0]  # process 0's file, everywhere
+    saved = None
+    if processes.is_main():
+        try:
+            saved = run.ckpt.load()
+        except BrwsimError as e:  # every process stops with process 0's one line
+            saved = str(e)
+    saved = processes.gather(saved)[0]  # process 0's file (or why it is refused), everywhere
     if saved is None:
         return 0
+    if isinstance(saved, str):
+        raise BrwsimError(saved)
     done, states = saved
+    counts = [
+        s["n"] + s["buf"].size if s["buf"].ndim == 1 and s["buf"].size <= RunningStat.BLOCK else -1 for s in states
+    ]
+    if counts != [done] * len(run.P_list) + [done if run.check else 0]:
+        raise run.ckpt.refuse(f"holds statistics of {counts} trees, not of its {done} finished")
     sums.restore(states)
     return done
 
@@ -405,6 +418,11 @@ def _checkpoint(directory, run: _Run, seed: int, keep_values: bool) -> Checkpoin
         "drafter": run.d.text,
         "draft_law": None if run.dlaw is None else run.dlaw.spec(),
         "check": bool(run.check),
+        # what the law, drafter and draft law resolved to (file contents too) and the code: another one is
+        # another run, even under the same path or spec
+        "content": [content_digest(x) for x in (run.law, run.d, run.dlaw)],
+        "code": code_version(),
+        "x64": bool(jax.config.jax_enable_x64),
     }
     ckpt = Checkpoint(directory, meta)
     if processes.is_main():
