@@ -104,6 +104,12 @@ def main(argv=None) -> dict:
     rows = [law_row(label, spec, args.seed) for label, spec in IID_LAWS.items()]
     rows.append(law_row("two-state Markov (spine)", f"markov:path={MARKOV_EXAMPLE}", args.seed))
     rows += real_rows()
+    return write_outputs(rows, args.seed)
+
+
+def write_outputs(rows: list[dict], seed: int) -> dict:
+    """results/entropy_table.{csv,jsonl}, figures/entropy_table.{md,json} from the table's rows (laws, then the
+    real models' rows of :func:`real_rows`)."""
     tidy = []
     for r in rows:
         for stat in ("mu", "mu2"):
@@ -115,12 +121,12 @@ def main(argv=None) -> dict:
                     float(r[stat]),
                     float(r[f"{stat}_ci95"] or 0.0),
                     None,
-                    args.seed,
+                    seed,
                     label=r["law"],
                 )
             )
         for stat in ("mu2/mu^2", "slope 1/mu", "slope (mu+mu2)/mu^2"):
-            tidy.append(common.row(r["spec"], None, stat, r[stat], 0.0, None, args.seed, label=r["law"]))
+            tidy.append(common.row(r["spec"], None, stat, r[stat], 0.0, None, seed, label=r["law"]))
     common.write_rows(NAME, tidy)
     md = markdown(rows)
     _, figures = common.out_dirs()

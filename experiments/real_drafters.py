@@ -336,7 +336,7 @@ def aggregate(params: dict, points: list[dict], cal: dict, timing: dict | None =
 def figure(rows: list[dict]):
     plt = common.setup_matplotlib()
     labels = list(dict.fromkeys(r["law"] for r in rows if r["statistic"] == "oracle"))
-    fig, axes = plt.subplots(1, len(labels), figsize=(6.2 * len(labels), 4.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(labels), figsize=(6.2 * len(labels), 6.2), squeeze=False)
     for ax, label in zip(axes[0], labels, strict=True):
         sel = [r for r in rows if r["law"] == label]
 
@@ -366,17 +366,21 @@ def figure(rows: list[dict]):
                 ax.plot(*zip(*low, strict=True), ":", color=col, lw=1.3)
             if high:
                 ax.plot(*zip(*high, strict=True), "x", color=col, ms=4, alpha=0.6)
-        ik = "dotted: imperfect-knowledge prediction s_P/mu_q + mu_2q/mu_q^2 - 1 (a prediction, not a bound)"
-        ax.plot([], [], ":", color="grey", lw=1.3, label=ik)
-        ax.plot([], [], "x", color="grey", ms=4, label="x: that prediction above the real oracle's 95% interval, "
-                "i.e. above the speed of light: uninformative there")  # fmt: skip
+        ax.plot([], [], ":", color="grey", lw=1.3, label="imperfect-knowledge prediction (dotted)")
+        ax.plot([], [], "x", color="grey", ms=4, label="the prediction above the oracle (x)")
         ax.set_xscale("log", base=2)
         n = next(r["trees"] for r in sel if r["statistic"] == "oracle")
         ax.set_title(f"{label}, {n} prompts (95% t intervals)", fontsize=9)
         ax.set_xlabel("verifier budget P (draft tokens per call)")
         ax.set_ylabel("E[X], accepted draft tokens per call")
-        ax.legend(loc="upper left", fontsize=6.3)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=6.3, ncol=2)
     fig.suptitle("Real drafters vs the real oracle on SmolLM2-135M (T = 1); tokens per call = X + 1", fontsize=10)
+    note = (
+        "Dotted: the imperfect-knowledge prediction s_P/mu_q + mu_2q/mu_q^2 - 1 for the drafter's top-P-by-Q "
+        "tree (a prediction, not a bound), in the drafter's colour.\nx: the same prediction where it lies above the "
+        "real oracle's 95% interval, i.e. above the speed of light, where it says nothing about the drafter."
+    )
+    fig.text(0.5, -0.17, note, ha="center", va="top", fontsize=8)
     return fig
 
 
