@@ -1,0 +1,200 @@
+"""Real speculative decoding (brwsim.llm.specdec): exactness at T = 0 (the output is plain greedy decoding's, token
+for token, for every drafter kind) and at T = 1 (the output is distributed as the target's), each with a
+deliberately broken verification beside it that the same check must catch."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from tiny_llm import tiny_llama
+
+pytestmark = pytest.mark.needs_llm
+
+WORDS = ["<unk>"] + [f"w{i}" for i in range(11)]
+V = len(WORDS)
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [7, 7, 2, 10, 1], [5, 8]]
+
+
+def word_tokenizer(words):
+    """A transformers tokenizer over the given words (one id each, in order)."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=words[0])
+
+
+def _source(vocab: int, layers: int, seed: int, head_scale: float, tok=None):
+    import torch
+
+    from brwsim.llm.sources._hf import HFSource
+
+    m = tiny_llama(vocab, n_layers=layers, seed=seed)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(head_scale)  # tiny_llama scales it by 10 (peaked); less peaked: varied text
+    return HFSource(m, tok, name=f"tiny-specdec-{vocab}", threads=1, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return _source(V, 3, 1, 1.0, word_tokenizer(WORDS))
+
+
+@pytest.fixture(scope="module")
+def drafters(tiny, tmp_path_factory):
+    """Every drafter kind on the tiny target: layer skipping, a low-bit copy, prompt lookup, a model directory
+    (a 1-layer Llama with the target's tokenizer) and the EAGLE-style head (untrained: its trees are arbitrary,
+    which exactness must not depend on)."""
+    import torch
+
+    from brwsim.llm.drafters import open_drafter
+    from brwsim.llm.drafters.eagle_head import QUICK
+    from brwsim.llm.drafters.eagle_head._drafter import EagleDraftModel
+    from brwsim.llm.drafters.eagle_head._model import head_for
+
+    d = tmp_path_factory.mktemp("draft-dir")
+    tiny_llama(V, n_layers=1, seed=5).save_pretrained(d)
+    word_tokenizer(WORDS).save_pretrained(d)
+    torch.manual_seed(0)
+    head = EagleDraftModel(tiny, head_for(tiny.model), {"config": dataclasses.asdict(QUICK)}, name="eagle-head-test")
+    specs = ["layerskip:skip=2-2", "lowbit:bits=3", "lookup:n=2", f"model:{d}"]
+    return [open_drafter(s, tiny) for s in specs] + [head]
+
+
+def hf_greedy(src, prompt, n):
+    """Plain greedy decoding by transformers' own ``generate`` (the reference)."""
+    import torch
+
+    out = src.model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, len(prompt) :].tolist()
+
+
+def test_greedy_output_is_plain_greedy_decoding_for_every_drafter(tiny, drafters):
+    from brwsim.llm.specdec import plain_generate, speculative_generate
+
+    n = 24
+    for prompt in PROMPTS:
+        ref = hf_greedy(tiny, prompt, n)
+        assert plain_generate(tiny, prompt, n, T=0).tokens == ref
+        assert len(set(ref)) >= 4  # a varied text, not one repeated token
+        for d in drafters:
+            for P in (1, 4, 16):
+                g = speculative_generate(tiny, d, prompt, n, P, T=0)
+                assert g.tokens == ref, (d.name, P, prompt)
+                assert g.calls == len(g.accepted) and sum(g.accepted) + g.calls >= n
+                assert max(g.drafted) <= P
+
+
+def _accept_any_drafted_child(rows, nodes, T, rng):
+    """A broken verifier: the drafter's first child is accepted whenever there is one (no check at all)."""
+    from brwsim.llm.specdec import children_of
+
+    kids, path = children_of(nodes), ()
+    while path in kids:
+        path = path + (kids[path][0],)
+    return path, int(np.argmax(rows[path]))
+
+
+def test_greedy_check_catches_a_broken_verifier(tiny, drafters, monkeypatch):
+    from brwsim.llm.specdec import _loop, speculative_generate
+
+    monkeypatch.setattr(_loop, "verify_tree", _accept_any_drafted_child)
+    prompt = PROMPTS[0]
+    ref = hf_greedy(tiny, prompt, 24)
+    assert any(speculative_generate(tiny, d, prompt, 24, 4, T=0).tokens != ref for d in drafters)
+
+
+@pytest.mark.slow
+def test_greedy_on_the_shipped_model(shipped):
+    from brwsim.llm.drafters import open_drafter
+    from brwsim.llm.specdec import speculative_generate
+
+    prompt = shipped.encode("def fibonacci(n):\n    ")
+    ref = hf_greedy(shipped, prompt, 16)
+    for spec, P in (("layerskip:skip=14-17", 8), ("lookup:n=3", 4)):
+        g = speculative_generate(shipped, open_drafter(spec, shipped), prompt, 16, P, T=0)
+        assert g.tokens == ref, spec
+        assert sum(g.accepted) > 0  # the tree did something: some draft tokens accepted
+
+
+# ---------------------------------------------------------------------------
+# T = 1: the distribution of the first H tokens
+
+SV, H = 4, 2  # vocabulary and horizon: SV ** H = 16 sequences, enumerated exactly
+RUNS, ALPHA = 1500, 1e-3
+
+
+def exact_distribution(src, prompt) -> np.ndarray:
+    """The target's probability of each of the SV ** H continuations (full recomputation, no cache)."""
+    import torch
+
+    out = np.ones(SV**H)
+    with torch.no_grad():
+        for i, seq in enumerate(itertools.product(range(SV), repeat=H)):
+            ids = torch.tensor([list(prompt) + list(seq)])
+            lp = torch.log_softmax(src.model(input_ids=ids).logits[0].double(), -1)
+            out[i] = float(torch.exp(sum(lp[len(prompt) - 1 + d, seq[d]] for d in range(H))))
+    return out
+
+
+def chi_square_p(counts: np.ndarray, p: np.ndarray) -> float:
+    from scipy.stats import chi2
+
+    e = counts.sum() * p
+    return float(chi2.sf(((counts - e) ** 2 / e).sum(), len(p) - 1))
+
+
+def _sample(src, drafter, prompt, runs, seed):
+    from brwsim.llm.specdec import speculative_generate
+
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(SV**H)
+    for _ in range(runs):
+        toks = speculative_generate(src, drafter, prompt, H, 3, T=1.0, rng=rng).tokens
+        counts[int(np.ravel_multi_index(toks, (SV,) * H))] += 1
+    return counts
+
+
+def test_sampling_output_is_distributed_as_the_target(monkeypatch):
+    """RUNS generations of H tokens (tree of P = 3 nodes from a layer-skip drafter); a chi-square test over the
+    SV ** H = 16 sequences against the target's exact distribution, false-alarm rate ALPHA = 1e-3 (the seed is
+    fixed, so the test is deterministic; every expected count >= 5). Power: for output probabilities q with
+    TV(p, q) = delta, the noncentrality is N sum (q - p)^2 / p >= N (2 delta)^2 (Cauchy-Schwarz), so at N = 1500
+    a deviation of delta = 0.1 is detected with probability >= 0.995 (noncentral chi-square, 15 degrees of
+    freedom, lambda = 60). The same test run on a broken verifier (the drafter's first child always accepted)
+    rejects it."""
+    from brwsim.llm.drafters import open_drafter
+    from brwsim.llm.specdec import _loop
+
+    src = _source(SV, 2, 1, 0.1)
+    d = open_drafter("layerskip:skip=2-2", src)
+    prompt = [1, 2, 3]
+    p = exact_distribution(src, prompt)
+    assert RUNS * p.min() >= 5
+    counts = _sample(src, d, prompt, RUNS, 0)
+    assert chi_square_p(counts, p) > ALPHA
+    monkeypatch.setattr(_loop, "verify_tree", _accept_any_drafted_child)
+    assert chi_square_p(_sample(src, d, prompt, 300, 1), p) < ALPHA
+
+
+def test_rejection_step_is_exact_for_any_candidates():
+    """One node: the output of recursive rejection over deterministic candidates is distributed as p, whatever
+    the candidates (none, one, several, including tokens of probability zero); chi-square at 1e-3 on 20,000 draws
+    per case, and the acceptance rate equals p's mass on the candidates within 4 standard errors."""
+    from brwsim.llm.specdec import rejection_step
+
+    p = np.array([0.5, 0.2, 0.15, 0.1, 0.05, 0.0])
+    rng = np.random.default_rng(0)
+    n = 20000
+    for cand in ([], [0], [3, 1], [5, 4, 0, 2], [1, 2, 3, 4, 5, 0]):
+        out = [rejection_step(p, cand, rng) for _ in range(n)]
+        counts = np.bincount([t for _, t in out], minlength=len(p))[:5]
+        assert chi_square_p(counts, p[:5]) > 1e-3, cand
+        acc = np.mean([a for a, _ in out])
+        want = p[cand].sum()
+        assert abs(acc - want) <= 4 * np.sqrt(want * (1 - want) / n) + 1e-12, cand
