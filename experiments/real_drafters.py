@@ -14,7 +14,8 @@ oracle and every drafter-vs-drafter difference are paired t intervals over
 the same prompts. A table of each drafter's fraction of the oracle at P = 8,
 32, 64, 128, its KL and cross-entropy along the target's walks, and its
 accepted tokens per call measured by real speculative decoding (the direct
-check). X = accepted draft tokens per verifier call; published acceptance
+check, on each prompt's best builder at its P, beside the fixed builder's
+value there). X = accepted draft tokens per verifier call; published acceptance
 lengths tau count the verifier's own token too: tau = X + 1.
 
 Prompts: ``--n`` per task (64), in the seeded interleaved order of
