@@ -9,8 +9,12 @@ oracle tree T*_P (exact best-first search on the real token tree); the i.i.d.
 surrogate (the same visited distributions as a ``pool`` law, simulated with
 brwsim.simulate); the Theorem 1 leading term, ``renewal`` and ``asymptotic``
 with the real mu, mu_2; the empirical ``splitting`` and ``dual`` bounds ((e)
-of docs/theory.md). Intervals over prompts are Student t. X = accepted draft
-tokens per verifier call (tokens per call = X + 1).
+of docs/theory.md). mu and mu_2 are the mean over prompts of each prompt's
+mean, with the Student-t interval of those means; the surrogate is "above"
+or "below" the oracle only where both 95% intervals separate. A prompt longer
+than 384 tokens keeps its last 384 (counted per task: ``prompts_cut``).
+Intervals over prompts are Student t. X = accepted draft tokens per verifier
+call (tokens per call = X + 1).
 
 Prompts: ``n`` per task, evenly spaced over the source, then measured in a
 seeded random order, tasks interleaved, so that a run stopped by its time
