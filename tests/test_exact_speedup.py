@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from brwsim._stats import CONVENTION
 from brwsim.errors import BrwsimError
@@ -40,7 +41,6 @@ from brwsim.speedup import (
     cpu_achieved,
     cpu_roofline,
     drafter_names,
-    drafter_pass_cost,
     from_llm,
     from_simulation,
     hardware_names,
@@ -141,8 +141,8 @@ def test_draft_cost_passes():
     assert per_tree.t_draft(0) == 0 and per_tree.t_draft(8) == pytest.approx(0.3)
     t = speedup_table([(4, 2.0, 0.2)], COST, per_token)
     assert t.rows[1].t_draft == pytest.approx(0.4) and t.rows[1].speedup == pytest.approx(3.0 / 1.9)
-    d = drafter_pass_cost(COST, 2, 8)  # a quarter of the model per drafted token
-    assert d.t_pass == pytest.approx(0.25) and d.t_draft(4) == pytest.approx(1.0)
+    d = DraftCost(0.25)  # a quarter of the step per drafted token
+    assert d.t_draft(0) == 0 and d.t_draft(4) == pytest.approx(1.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -552,6 +552,8 @@ def test_speedup_table_dict_and_null_half_widths():
         "speedup": pytest.approx(3 / 1.75),
         "speedup_ci95": pytest.approx(0.3 / 1.75),
         "at_edge": False,
+        "text": "P = 4",
+        "limit": "",
     }
     assert d["near_best_P"] == [4, 8]  # 3.5 / 2.25 = 1.556 reaches 3 / 1.75 - 0.3 / 1.75 = 1.543
     assert "(E[X]+1) t_verify(0) / (t_verify(P) + t_draft(P))" in MEANING
@@ -598,7 +600,8 @@ def test_from_simulation_reads_the_result():
 def test_modelled_draft_cost_from_the_drafters_fraction():
     cost = TableCost({0: 2.0, 4: 3.0})
     d = modelled_draft_cost(cost, SimpleNamespace(name="ee", draft_fraction=0.25))
-    assert d == DraftCost(0.5, "P", "ee: 0.25 of a decoding step per pass, one pass per drafted token", "modelled")
+    label = "ee: 0.25 of a decoding step per pass (bytes read, from its footprint)"
+    assert d == DraftCost(0.5, "P", label, "derived", fraction=0.25)
     assert d.t_draft(4) == 2.0
     assert modelled_draft_cost(cost, SimpleNamespace(name="x", draft_fraction=None)) == DraftCost(
         0.0, "P", "x: unknown (not counted)", "none"
@@ -606,7 +609,6 @@ def test_modelled_draft_cost_from_the_drafters_fraction():
     assert modelled_draft_cost(cost, SimpleNamespace(name="y", draft_fraction=0.0)) == DraftCost(
         0.0, "P", "y: no model pass (proposals from the context)", "none"
     )
-    assert drafter_pass_cost(cost, 3, 12) == DraftCost(0.5, "P", "early exit k=3 of 12 layers", "modelled")
 
 
 def test_from_llm_tables_per_task_and_drafter():
@@ -782,12 +784,36 @@ def test_measure_cost_and_draft_cost_from_known_times(monkeypatch):
     assert seen == [(src, [2, 4], 7, 3)]
     assert [c.t_verify(P) for P in (0, 2, 4)] == [2.0, 4.5, 4.5]  # medians 2, 5, 4 fitted non-decreasing
     assert c.label == "measured: toy, L=7, 3 repeats, isotonic fit in P" and c.spread(2) == (4.0, 6.0)
-    d = measure_draft_cost(SimpleNamespace(name="dr", timing_source=lambda: src), context=11, repeats=2)
-    assert seen[-1] == (src, [], 11, 2)
-    assert d == DraftCost(0.003, "P", "dr: 3.000 ms per pass measured here, one pass per drafted token", "measured")
-    assert measure_draft_cost(SimpleNamespace(name="p", timing_source=lambda: None)) is None and len(seen) == 2
-    measure_draft_cost(SimpleNamespace(name="dr", timing_source=lambda: src))
-    assert seen[-1] == (src, [], 256, 5)
+    timers = []
+
+    def fake_step(source, context, seed):
+        timers.append((source, context, seed))
+        return source
+
+    def fake_interleaved(calls, repeats, device):
+        assert list(calls) == (["target", "draft"] if "target" in calls else ["draft"]) and device is None
+        d = {"target": [0.010, 0.020, 0.012], "draft": [0.004, 0.002, 0.003]}
+        return {k: d[k] for k in calls}
+
+    monkeypatch.setattr(_sources, "decode_step_timer", fake_step)
+    monkeypatch.setattr(_sources, "interleaved_times", fake_interleaved)
+    dr = SimpleNamespace(name="dr", timing_source=lambda: src)
+    d = measure_draft_cost(dr, context=11, repeats=3)
+    assert timers == [(src, 11, 0)]
+    half = float(scipy.stats.t.ppf(0.975, 2)) * 0.001 / 3**0.5  # Student t, 2 degrees of freedom: s = 0.001
+    label = "dr: 3.000 ms per pass measured here (median of 3), one pass per drafted token"
+    assert d == DraftCost(0.003, "P", label, "measured", pytest.approx(half), None, None, 3)
+    tgt = SimpleNamespace(name="target")
+    d = measure_draft_cost(dr, tgt, context=11, repeats=3)  # interleaved with the target's step: ratios .4 .1 .25
+    assert timers[-2:] == [(src, 11, 0), (tgt, 11, 0)] and d.t_step == 0.012 and d.fraction == pytest.approx(0.25)
+    assert "0.250 of the target's step in the same rounds" in d.label
+    assert measure_draft_cost(SimpleNamespace(name="p", timing_source=lambda: None)) is None
+    head = SimpleNamespace(name="head", pass_timer=lambda context, seed: ("timer", context, seed))
+    seen_calls = []
+    monkeypatch.setattr(_sources, "interleaved_times", lambda calls, repeats, device: seen_calls.append(calls) or
+                        {"draft": [1.0, 3.0]})  # fmt: skip
+    d = measure_draft_cost(head, context=5, repeats=2, seed=4)
+    assert seen_calls == [{"draft": ("timer", 5, 4)}] and d.t_pass == 2.0  # a head's own pass, not a source's step
     measure_cost(src, [1])
     assert seen[-1] == (src, [1], 256, 5)
 

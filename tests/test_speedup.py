@@ -22,7 +22,6 @@ from brwsim.speedup import (
     ModelShape,
     RooflineCost,
     TableCost,
-    drafter_pass_cost,
     from_llm,
     from_simulation,
     read_cost_csv,
@@ -86,7 +85,8 @@ def test_ci_is_carried_from_ex():
     assert [r.speedup_ci95 for r in t_json.rows] == [r.speedup_ci95 for r in t.rows]
     wide = speedup_table([(4, 2.0, 3.0), (16, 5.0, 0.1)], cost)  # P=16: 1.5; P=4: 1.5 +- 1.5: cannot be told apart
     assert 4 in wide.near_best() and 16 in wide.near_best()
-    assert t.to_dict()["best"] == {"P": 4, "speedup": 1.5, "speedup_ci95": pytest.approx(0.15), "at_edge": False}
+    best = {"P": 4, "speedup": 1.5, "speedup_ci95": pytest.approx(0.15), "at_edge": False, "text": "P = 4", "limit": ""}
+    assert t.to_dict()["best"] == best
 
 
 def test_roofline_arithmetic_by_hand():
@@ -191,11 +191,10 @@ def test_from_llm_oracle_and_every_real_drafter():
     assert [t.drafter for t in tables] == ["oracle", "layerskip:skip=3-10 (topq)", "lookup:n=3 (topq)"]
     assert tables[0].best.P == 4 and tables[0].best.speedup == pytest.approx(3.0)
     # 0.2 of a decoding step per drafted token: P = 4 costs 1 + 0.8, E[X] + 1 = 2
-    assert tables[1].draft.kind == "modelled" and tables[1].rows[2].speedup == pytest.approx(2.0 / 1.8)
+    assert tables[1].draft.kind == "derived" and tables[1].rows[2].speedup == pytest.approx(2.0 / 1.8)
     assert tables[2].rows[2].speedup == pytest.approx(2.0)  # lookup: no model pass
     measured = from_llm(run, cost, draft_costs={"layerskip:skip=3-10": DraftCost(0.5, "P", "m", "measured")})
     assert measured[1].rows[2].speedup == pytest.approx(2.0 / 3.0)
-    assert drafter_pass_cost(cost, 2, 10).t_pass == pytest.approx(0.2)
     assert run_from_dict(run.to_dict()).to_dict() == run.to_dict()
     with pytest.raises(BrwsimError, match="no task 'prose'"):
         from_llm(run, cost, task="prose")

@@ -19,19 +19,27 @@ import math
 import sys
 from pathlib import Path
 
+from ..drafters._sequoia import sequoia_budgets
 from ..errors import BrwsimError
 from ..estimate import simulate
+from ..llm.drafters import parse_drafter
+from ..llm.drafters.model_dir import check_dir
 from ..llm.results import run_from_dict
 from ..llm.run import RunOptions, open_drafters, run_llm
 from ..llm.sources import load_source
 from ..speedup import (
     MEANING,
     MEASURED,
+    P_CAP,
     DraftCost,
     SpeedupTable,
+    acceptance_vector,
+    derived_draft_cost,
     drafter_names,
+    fixed_grid,
     from_llm,
     from_simulation,
+    grown_table,
     hardware_names,
     measure_draft_cost,
     model_names,
@@ -45,6 +53,8 @@ from ..speedup import (
 from ._args import P_list, emit
 
 COST_WORD = {"measured": "measured here", "modelled": "modelled", "table": "user table"}
+SAVED = "E[X] was saved up to P = {P}: run with larger budgets to find the best"
+MEASURED_UP_TO = "E[X] was measured up to P = {P}: give larger budgets (--P) to find the best"
 
 
 def print_plan(tables: list[SpeedupTable], out=None) -> None:
@@ -65,10 +75,9 @@ def print_plan(tables: list[SpeedupTable], out=None) -> None:
                 line += f" {s:>15}"
             print(line + f" {1e3 * r.t_draft:>10.3f} {r.speedup:>8.3f} {r.speedup_ci95:>7.3f}", file=out)
         b = t.best
-        edge = " (the largest P tried: a larger P may do better)" if t.at_edge() else ""
         near = ", ".join(str(p) for p in t.near_best())
         print(
-            f"best P = {b.P}{edge}: speedup {b.speedup:.3f} +- {b.speedup_ci95:.3f} (estimate); "
+            f"best {t.best_text()}: speedup {b.speedup:.3f} +- {b.speedup_ci95:.3f} (estimate); "
             f"budgets within the 95% CI of the best: {near}",
             file=out,
         )
@@ -76,10 +85,13 @@ def print_plan(tables: list[SpeedupTable], out=None) -> None:
 
 def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
     p = Path(path).expanduser()
+    if not p.is_file():
+        what = "is a directory" if p.is_dir() else "does not exist"
+        raise BrwsimError(f"--from-json {path!r} {what}; give the file a brwsim simulate/llm --json run wrote")
     try:
         d = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise BrwsimError(f"--from-json {path!r} does not exist") from None
+    except OSError as e:
+        raise BrwsimError(f"--from-json {path!r} cannot be read ({e.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BrwsimError(f"--from-json {path!r} is not JSON ({e}); give a brwsim simulate/llm --json output") from None
     try:
@@ -87,12 +99,12 @@ def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
             for t in d["tasks"]:
                 _check_rows(t["results"], path)
             cost = verify_cost(args.hardware, P=_Ps(d["tasks"][0]["results"]), **cost_kw)
-            return from_llm(run_from_dict(d), cost, task=args.task)
+            return fixed_grid(from_llm(run_from_dict(d), cost, task=args.task), SAVED)
         if isinstance(d, dict) and "results" in d:
             ex = _check_rows(d["results"], path)
             cost = verify_cost(args.hardware, P=_Ps(d["results"]), **cost_kw)
             src = f"{path} ({d.get('law', '?')}, {d.get('trees', '?')} trees)"
-            return [speedup_table(ex, cost, drafter=d.get("drafter", "oracle"), source=src)]
+            return fixed_grid([speedup_table(ex, cost, drafter=d.get("drafter", "oracle"), source=src)], SAVED)
     except (KeyError, TypeError, IndexError, ValueError) as e:
         if isinstance(e, BrwsimError):
             raise
@@ -123,19 +135,44 @@ def _Ps(rows) -> list[int]:
     return [int(r["P"]) for r in rows]
 
 
+def _user_draft(args, name: str) -> DraftCost:
+    """The draft cost given on the command line: ``--draft-pass-seconds`` per pass, one pass per drafted token or
+    ``--draft-passes`` per tree."""
+    passes = "P" if args.draft_passes is None else args.draft_passes
+    per = "drafted token" if passes == "P" else f"tree ({passes} passes)"
+    label = f"{name}: {1e3 * args.draft_pass_seconds:g} ms per pass, one pass per {per}"
+    return DraftCost(args.draft_pass_seconds, passes, label, "user" if args.draft_pass_seconds else "none")
+
+
 def _law_tables(args, P, cost) -> list[SpeedupTable]:
-    """The oracle's table (the speed of light) and, with ``--drafter``, the simulated drafter's beside it."""
-    kw = dict(P=P, trees=args.trees, seed=args.seed, progress=False)
-    out = [from_simulation(simulate(args.law, **kw), cost)]
+    """The oracle's table (the speed of light) and, with ``--drafter``, the simulated drafter's beside it; each
+    grid grown until its best P is interior (:func:`brwsim.speedup.grown_table`)."""
+    kw = dict(trees=args.trees, seed=args.seed, progress=False)
+    out = [grown_table(lambda Ps: from_simulation(simulate(args.law, P=Ps, **kw), cost), P, cost, args.P_max)]
     drafter = args.drafter[-1] if args.drafter else None
     if drafter and drafter != "oracle":
-        res = simulate(args.law, drafter=drafter, draft_law=args.draft_law, **kw)
-        passes = "P" if args.draft_passes is None else args.draft_passes
-        per = "drafted token" if passes == "P" else f"tree ({passes} passes)"
-        label = f"{drafter}: {1e3 * args.draft_pass_seconds:g} ms per pass, one pass per {per}"
-        draft = DraftCost(args.draft_pass_seconds, passes, label, "user" if args.draft_pass_seconds else "none")
-        out.append(from_simulation(res, cost, draft))
+        draft = _user_draft(args, drafter)
+        sim = lambda Ps: simulate(args.law, P=Ps, drafter=drafter, draft_law=args.draft_law, **kw)  # noqa: E731
+        out.append(grown_table(lambda Ps: from_simulation(sim(Ps), cost, draft), P, cost, args.P_max))
     return out
+
+
+def _acceptance_tables(args, P, cost) -> tuple[list[SpeedupTable], list[dict]]:
+    """Sequoia's static tree under a raw acceptance vector (``--acceptance``): its exact value X per budget
+    (:func:`brwsim.drafters._sequoia.sequoia_budgets`, no Monte Carlo error), the grid grown until the best P is
+    interior; the trees of every budget tried."""
+    a = acceptance_vector(args.acceptance)
+    trees: dict[int, dict] = {}
+
+    def make(Ps):
+        for r in sequoia_budgets(a, [p for p in Ps if p not in trees], args.tree_depth):
+            trees[r["P"]] = r
+        src = f"Sequoia's tree under the acceptance vector {args.acceptance!r} ({len(a)} ranks)"
+        ex = [(p, trees[p]["X"], 0.0) for p in Ps]
+        return speedup_table(ex, cost, _user_draft(args, "sequoia"), drafter="sequoia (acceptance vector)", source=src)
+
+    t = grown_table(make, P, cost, args.P_max)
+    return [t], [trees[r.P] for r in t.rows[1:]]
 
 
 def tables_for(args) -> list[SpeedupTable]:
@@ -150,6 +187,8 @@ def tables_for(args) -> list[SpeedupTable]:
         return _from_json(args.from_json, cost_kw, args)
     if args.law:
         return _law_tables(args, P, verify_cost(args.hardware, P=P, **cost_kw))  # hardware errors first
+    if args.acceptance:
+        raise BrwsimError("internal: --acceptance goes through _acceptance_tables")  # pragma: no cover
     return _model_tables(args, P, cost_kw)
 
 
@@ -163,33 +202,69 @@ def _model_tables(args, P, cost_kw) -> list[SpeedupTable]:
         parse_custom(hw)
     elif hw not in MEASURED:
         preset(hw.lower())
+    for spec in args.drafter or ():  # a missing model:DIR is one line before the slow model load too
+        parsed = parse_drafter(spec)
+        if parsed.family == "model":
+            check_dir(parsed)
     opts = RunOptions(model=args.model, prompts=args.prompts, n=args.n, P=tuple(P), walks=args.walks,
                       depth=args.depth, seed=args.seed, trees=args.surrogate_trees, threads=1,
                       drafters=tuple(args.drafter or ())).checked()  # fmt: skip
     source = load_source(args.model, threads=1)
     cost = verify_cost(hw, P=P, source=source, **(cost_kw | {"model": args.model}))
     drafters, cal = open_drafters(source, opts.drafters, opts.temperature, None, opts.heldout_tokens)
-    measured = {}
-    if hw == "cpu-measured":
-        for d in drafters:
-            dc = measure_draft_cost(d, context=args.context, repeats=args.repeats)
-            if dc is not None:
-                measured[d.name] = dc
+    draft = {}
+    for d in drafters:  # measured here on cpu-measured (interleaved with the target's step), else derived
+        dc = measure_draft_cost(d, source, context=args.context, repeats=args.repeats) if hw == "cpu-measured" else None
+        draft[d.name] = dc or derived_draft_cost(cost, d)
     run = run_llm(opts, source=source, opened=(drafters, cal))
-    return from_llm(run, cost, task=args.task, draft_costs=measured)
+    return fixed_grid(from_llm(run, cost, task=args.task, draft_costs=draft), MEASURED_UP_TO)
 
 
 def _cmd(args) -> int:
-    if sum(x is not None for x in (args.law, args.model, args.from_json)) != 1:
-        raise BrwsimError("give exactly one of --law SPEC, --model M or --from-json FILE")
+    if sum(x is not None for x in (args.law, args.model, args.from_json, args.acceptance)) != 1:
+        raise BrwsimError("give exactly one of --law SPEC, --model M, --from-json FILE or --acceptance VECTOR")
+    if args.tree_depth is not None and (args.acceptance is None or args.tree_depth < 1):
+        raise BrwsimError("--tree-depth D (>= 1) goes with --acceptance: draft levels below the root")
+    if args.P_max < 1:
+        raise BrwsimError(f"--P-max must be >= 1, got {args.P_max}")
     for name in ("params", "bytes_per_param", "overhead", "draft_pass_seconds"):  # argparse reads --x=-- as []
         v = getattr(args, name)
         if v is not None and not isinstance(v, (int, float)):
             raise BrwsimError(f"--{name.replace('_', '-')} needs a number, got {v!r}")
     if not 0 <= args.draft_pass_seconds < math.inf or args.draft_passes is not None and args.draft_passes < 1:
         raise BrwsimError("--draft-pass-seconds must be a finite number >= 0 and --draft-passes >= 1")
+    if args.acceptance is not None:
+        return _acceptance_cmd(args)
     tables = tables_for(args)
     return emit(args, {"tables": [t.to_dict() for t in tables]}, lambda _: print_plan(tables))
+
+
+def _acceptance_cmd(args) -> int:
+    """``--acceptance``: the speedup table of Sequoia's tree, and each budget's tree and value in Sequoia's terms."""
+    if args.hardware is None:
+        raise BrwsimError(f"give --hardware: {hardware_names()}")
+    P = P_list(args.P)
+    a = acceptance_vector(args.acceptance)  # bad vectors: one line before any timing
+    cost_kw = dict(params=args.params, target=args.target, bytes_per_param=args.bytes_per_param, context=args.context,
+                   overhead=args.overhead, repeats=args.repeats, model=args.verifier)  # fmt: skip
+    cost = verify_cost(args.hardware, P=P, **cost_kw)
+    tables, trees = _acceptance_tables(args, P, cost)
+
+    def show(_):
+        print(f"acceptance rates a[rank 1..{len(a)}]: {', '.join(f'{x:.4g}' for x in a)}")
+        print("Sequoia's terms: its budget m = P + 1 counts the root; tau = X + 1; max_depth = tree depth + 1")
+        print(f"{'P':>5} {'m':>5} {'X':>9} {'tau':>9} {'depth':>5}")
+        for r in trees:
+            print(f"{r['P']:>5} {r['m']:>5} {r['X']:>9.5f} {r['tau']:>9.5f} {r['depth']:>5}")
+        print()
+        print_plan(tables)
+        b = tables[0].best
+        if b.P:
+            paths = next(r for r in trees if r["P"] == b.P)["paths"]
+            width = [sum(len(p) == d for p in paths) for d in range(1, max(map(len, paths)) + 1)]
+            print(f"tree at P = {b.P}: nodes per level {width} (--json lists every budget's rank paths)")
+
+    return emit(args, {"tables": [t.to_dict() for t in tables], "sequoia": trees}, show)
 
 
 def add_parser(sub) -> None:
@@ -197,6 +272,14 @@ def add_parser(sub) -> None:
     s.add_argument("--law", default=None, help="E[X] from a simulated law SPEC (fast)")
     s.add_argument("--model", default=None, help=f"E[X] from a real model run here ({model_names()}, a directory ...)")
     s.add_argument("--from-json", default=None, help="E[X] from a saved brwsim simulate/llm --json output")
+    s.add_argument(
+        "--acceptance",
+        default=None,
+        help="E[X] of Sequoia's static tree under positional acceptance rates: a comma list (rank 1 first) or "
+        "Sequoia's saved vector (.pt or a text file of its numbers)",
+    )
+    s.add_argument("--tree-depth", type=int, default=None, help="with --acceptance: at most D levels below the root")
+    s.add_argument("--P-max", type=int, default=P_CAP, help=f"the grid grows to at most this P (default {P_CAP})")
     s.add_argument("--hardware", default=None, help=hardware_names())
     s.add_argument("--params", type=float, default=None, help="target parameter count for the roofline, e.g. 8e9")
     s.add_argument("--target", default=None, help=f"target shape preset for the roofline: {target_names()}")

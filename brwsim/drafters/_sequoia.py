@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ import numpy as np
 
 from .._keys import Stream, stream_key
 from .._stats import sample_chunks
+from ..errors import BrwsimError
 from ..laws import Law
 from ._builders import node_qtable, root_state
 from ._draftlaws import DraftLaw
@@ -119,3 +122,72 @@ def sequoia_paths(key, law: Law, dlaw: DraftLaw, P: int, depth: int | None, samp
     """Sequoia's P-node static tree for a law and draft law (its rates from the run key ``key``)."""
     a, _ = acceptance_rates(key, law, dlaw, min(law.vocab, P), samples=samples)
     return sequoia_dp(a, P, depth)[1]
+
+
+def _floats(text: str, where: str) -> list[float]:
+    """Numbers separated by commas or white space (brackets and a ``tensor(...)`` wrapper ignored)."""
+    body = text.replace("tensor(", " ").replace("[", " ").replace("]", " ").replace(")", " ")
+    try:
+        return [float(x) for x in body.replace(",", " ").split()]
+    except ValueError as e:
+        raise BrwsimError(f"{where}: cannot read the acceptance rates as numbers ({e})") from None
+
+
+def _sequoia_layout(v: list[float], where: str) -> list[float]:
+    """Sequoia's saved vector [0, a_1, ..., a_w, r] -> [a_1, ..., a_w]: its leading 0 and its last entry (the share
+    of calls with no child accepted, which tree_search.py drops) removed; the whole must sum to 1."""
+    if len(v) < 3 or v[0] != 0.0 or abs(sum(v) - 1.0) > 1e-4:
+        raise BrwsimError(
+            f"{where} is not Sequoia's saved acceptance vector [0, a_1, ..., a_w, r] (a leading 0, summing to 1; "
+            f"got {len(v)} entries, first {v[0] if v else None!r}, sum {sum(v):.6g}); or give a comma list of rates"
+        )
+    return v[1:-1]
+
+
+def read_acceptance(text: str, load_tensor: Callable[[Path], list] | None = None) -> np.ndarray:
+    """Positional acceptance rates ``a[k]`` (k = 0: the drafter's top-ranked child) from a comma list
+    (``0.63,0.11,0.06``) or from Sequoia's saved vector: a torch ``.pt`` file, or a text file of its numbers.
+    Sequoia (tests/test_accept.py) saves [0, a_1, ..., a_w, r]: a leading 0, the rates of ranks 1..w, and the
+    share r of calls where no child was accepted (the entries sum to 1); its tree_search.py drops r and indexes
+    ranks from 1, so the rates read are the entries between. Every rate must be finite in [0, 1] and their sum at
+    most 1 (each is the probability of a different event: the accepted child has that rank). ``load_tensor(path)``
+    reads a ``.pt`` file's 1-D tensor as numbers (torch's; :func:`brwsim.speedup.acceptance_vector` passes it)."""
+    if not isinstance(text, str) or not text.strip():
+        raise BrwsimError("give an acceptance vector: a comma list of rates (0.63,0.11,...) or Sequoia's saved file")
+    text = text.strip()
+    where = f"acceptance vector {text!r}"
+    path = Path(text).expanduser()
+    if path.suffix == ".pt" or path.exists():
+        if not path.is_file():
+            raise BrwsimError(f"{where}: no such file (a .pt or text file of Sequoia's acceptance vector)")
+        if path.suffix == ".pt":
+            if load_tensor is None:
+                raise BrwsimError(f"{where}: a .pt file needs torch's loader (brwsim.speedup.acceptance_vector)")
+            v = [float(x) for x in load_tensor(path)]
+        else:
+            try:
+                v = _floats(path.read_text(), where)
+            except UnicodeDecodeError:
+                raise BrwsimError(f"{where} is not a text file of numbers (a torch file ends in .pt)") from None
+        a = _sequoia_layout(v, where)
+    else:
+        a = _floats(text, where)
+    a = np.asarray(a, np.float64)
+    if a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1) or a.sum() > 1 + 1e-6:
+        raise BrwsimError(f"{where}: rates must be finite numbers in [0, 1] summing to at most 1, got {a.tolist()}")
+    return a
+
+
+def sequoia_budgets(a, P_list, depth: int | None = None) -> list[dict]:
+    """Per budget P of ``P_list``: the best static tree of at most P draft nodes under the rates ``a``
+    (:func:`sequoia_dp`, which may skip ranks), its value X (expected accepted draft tokens) and its rank paths,
+    with Sequoia's conventions beside: its budget m = P + 1 counts the root, its value tau = X + 1 counts the
+    bonus token, its max_depth = depth + 1 counts the root's level."""
+    a = np.asarray(a, np.float64)
+    out = []
+    for P in sorted({int(p) for p in P_list}):
+        value, paths = sequoia_dp(a, P, depth)
+        deepest = max((len(p) for p in paths), default=0)
+        out.append({"P": P, "X": value, "m": P + 1, "tau": value + 1.0, "depth": deepest, "nodes": len(paths),
+                    "paths": [list(p) for p in paths]})  # fmt: skip
+    return out

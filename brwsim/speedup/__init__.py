@@ -27,16 +27,29 @@ from ._costs import (
 )
 from ._hardware import MODEL_PRESETS, PRESETS, Hardware, ModelShape, model_shape, parse_custom, preset, shape_of_hf
 from ._names import MEASURED, drafter_names, hardware_names, model_names, prompt_names, target_names
-from ._sources import DEFAULT_P, cpu_achieved, cpu_roofline, measure_cost, measure_draft_cost, verify_cost
+from ._sources import (
+    DEFAULT_P,
+    acceptance_vector,
+    checked_cost,
+    cpu_achieved,
+    cpu_roofline,
+    measure_cost,
+    measure_draft_cost,
+    verify_cost,
+)
 from ._speedup import (
     MEANING,
+    P_CAP,
     BestP,
     SpeedupRow,
     SpeedupTable,
     best_P_set,
-    drafter_pass_cost,
+    covers,
+    derived_draft_cost,
+    fixed_grid,
     from_llm,
     from_simulation,
+    grown_table,
     modelled_draft_cost,
     speedup_table,
 )
@@ -64,9 +77,15 @@ __all__ = [
     "TableCost",
     "VerifyCost",
     "best_P_set",
+    "acceptance_vector",
+    "checked_cost",
     "cpu_achieved",
     "cpu_roofline",
-    "drafter_pass_cost",
+    "P_CAP",
+    "covers",
+    "derived_draft_cost",
+    "fixed_grid",
+    "grown_table",
     "from_llm",
     "from_simulation",
     "isotonic_fit",

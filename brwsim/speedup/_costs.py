@@ -197,6 +197,17 @@ class RooflineCost(VerifyCost):
         b = self.breakdown(P)
         return max(b["t_memory"], b["t_compute"]) + self.hardware.overhead
 
+    def pass_time(self, fp) -> float:
+        """Seconds of one pass of a model of footprint ``fp`` (a :class:`brwsim.llm.drafters.PassFootprint`: one new
+        token after ``context``) through this roofline: its weights at their own bits (``bytes_per_param`` where it
+        declares none), its KV cache at ``kv_bytes``, max(bytes / bandwidth, FLOPs / peak) + overhead; 0 for a
+        footprint with no model pass. The target's own step, ``t_verify(0)``, is the same formula on its shape."""
+        if fp.empty:
+            return 0.0
+        kvb = self.bytes_per_param if self.kv_bytes is None else self.kv_bytes
+        t_mem = fp.nbytes(self.bytes_per_param, kvb, self.context) / self.hardware.bandwidth
+        return max(t_mem, fp.flops(self.context) / self.hardware.flops) + self.hardware.overhead
+
     def ridge_P(self) -> float:
         """The budget where compute time overtakes memory time (weights only): bw-bound below, compute-bound above."""
         return self.hardware.flops * self.bytes_per_param / (2.0 * self.hardware.bandwidth) - 1.0
@@ -308,12 +319,20 @@ class AchievedRooflineCost(VerifyCost):
 @dataclasses.dataclass(frozen=True)
 class DraftCost:
     """t_draft(P) = passes(P) x ``t_pass``: ``passes`` is ``"P"`` (one drafter pass per drafted token, as a
-    best-first or chain drafter needs) or a fixed number of passes per tree (a drafter that drafts level by level)."""
+    best-first or chain drafter needs) or a fixed number of passes per tree (a drafter that drafts level by level).
+
+    A measured cost also carries ``t_pass_ci95`` (the Student t 95% half-width of the mean pass time over the
+    ``repeats``), ``t_step`` (the target's decoding step timed in the same interleaved rounds) and ``fraction``
+    (the median over rounds of pass / step); a derived one its ``fraction`` of the target's step."""
 
     t_pass: float = 0.0
     passes: str | int = "P"
     label: str = "oracle (no draft cost: the speed of light)"
     kind: str = "none"
+    t_pass_ci95: float | None = None
+    t_step: float | None = None
+    fraction: float | None = None
+    repeats: int = 0
 
     def n_passes(self, P: int) -> int:
         if P == 0:

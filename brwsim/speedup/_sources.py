@@ -17,15 +17,20 @@ import statistics
 
 import numpy as np
 
+from .._stats import mean_ci95
+from ..drafters._sequoia import read_acceptance
 from ..errors import BrwsimError, check_positive_int
 from ..llm.sources import TransformersModel, load_source
+from ..llm.sources._hf import _torch
 from ._costs import AchievedRooflineCost, DraftCost, RooflineCost, VerifyCost, measured_cost, read_cost_csv
 from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
 from ._names import MEASURED, hardware_names
 from ._timing import (
     Peaks,
     attention_throughput,
+    decode_step_timer,
     gemm_throughput,
+    interleaved_times,
     linear_shapes,
     machine_peaks,
     stubbed_kernels,
@@ -41,16 +46,34 @@ def measure_cost(source, P_list, context: int = 256, repeats: int = 5) -> Verify
     return measured_cost(times, f"measured: {source.name}, L={context}, {repeats} repeats")
 
 
-def measure_draft_cost(drafter, context: int = 256, repeats: int = 5) -> DraftCost | None:
-    """A real drafter's measured cost on this machine: one pass of its own model (a decoding step after
-    ``context`` tokens, timed as :func:`verify_times` at P = 0), one pass per drafted token; None when the drafter
-    has no model of its own to time (a proposer, a head)."""
-    src = drafter.timing_source()
-    if src is None:
-        return None
-    t = statistics.median(verify_times(src, [], context=context, repeats=repeats)[0])
-    label = f"{drafter.name}: {1e3 * t:.3f} ms per pass measured here, one pass per drafted token"
-    return DraftCost(t, "P", label, "measured")
+def measure_draft_cost(drafter, target=None, context: int = 256, repeats: int = 5, seed: int = 0) -> DraftCost | None:
+    """A real drafter's measured cost on this machine: one pass for one new drafted token after ``context`` tokens
+    (:meth:`~brwsim.llm.drafters.Drafter.pass_timer`, e.g. the EAGLE head's pass; else a decoding step of its own
+    model, :meth:`~brwsim.llm.drafters.Drafter.timing_source`), one pass per drafted token. With the ``target``
+    source, its decoding step is timed in the same interleaved rounds (one target step, one drafter pass per
+    round, a warm-up round first), and the cost carries the median ratio pass / step. ``t_pass`` is the median of
+    the ``repeats``; ``t_pass_ci95`` the Student t half-width of their mean. None when the drafter has no pass
+    of its own to time (a proposer)."""
+    timer = drafter.pass_timer(context, seed) if hasattr(drafter, "pass_timer") else None
+    if timer is None:
+        src = drafter.timing_source()
+        if src is None:
+            return None
+        timer = decode_step_timer(src, context, seed)
+    calls = {"draft": timer}
+    if target is not None:
+        calls = {"target": decode_step_timer(target, context, seed)} | calls
+    device = getattr(target, "device", None) or getattr(drafter, "device", None)
+    device = device or getattr(getattr(drafter, "src", None), "device", None)
+    times = interleaved_times(calls, repeats=repeats, device=device)
+    ts = times["draft"]
+    t = statistics.median(ts)
+    ci = mean_ci95(ts)[1] if len(ts) > 1 else None
+    step = statistics.median(times["target"]) if target is not None else None
+    frac = statistics.median(d / s for d, s in zip(ts, times["target"], strict=True)) if target is not None else None
+    label = f"{drafter.name}: {1e3 * t:.3f} ms per pass measured here (median of {len(ts)}"
+    label += f"; {frac:.3f} of the target's step in the same rounds)" if frac is not None else ")"
+    return DraftCost(t, "P", label + ", one pass per drafted token", "measured", ci, step, frac, len(ts))
 
 
 def cpu_roofline(source, context: int = 256, overhead: float = 0.0, peaks: Peaks | None = None) -> RooflineCost:
@@ -139,4 +162,35 @@ def verify_cost(
         shape = shape_of_hf(source.model, source.name)
     else:
         shape = model_shape(target, params)
-    return RooflineCost(hw, shape, float(bytes_per_param), int(context))
+    return checked_cost(RooflineCost(hw, shape, float(bytes_per_param), int(context)))
+
+
+def checked_cost(cost: VerifyCost) -> VerifyCost:
+    """The cost model, or a one-line error when its plain decoding step is not a positive finite time (a
+    parameter count so small that its bytes round to 0 s, e.g. --params 5e-324 --overhead 0)."""
+    t0 = cost.t_verify(0)
+    if not (math.isfinite(t0) and t0 > 0):
+        raise BrwsimError(
+            f"the cost model ({cost.label}) gives t_verify(0) = {t0!r} s: one decoding step must take a positive "
+            "time; give a realistic --params / --target, or an --overhead > 0"
+        )
+    return cost
+
+
+def _tensor_values(path) -> list[float]:
+    """A ``.pt`` file's 1-D tensor as numbers (read on the CPU, tensors only: no code in the file is run)."""
+    torch = _torch()
+    where = f"acceptance vector {str(path)!r}"
+    try:
+        t = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is one line
+        raise BrwsimError(f"{where}: torch cannot read it ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    if not isinstance(t, torch.Tensor) or t.ndim != 1:
+        raise BrwsimError(f"{where}: expected a 1-D tensor (Sequoia's acceptance vector), got {type(t).__name__}")
+    return t.double().tolist()
+
+
+def acceptance_vector(text: str):
+    """Positional acceptance rates from a comma list or Sequoia's saved vector (a torch ``.pt`` file or a text file
+    of its numbers): :func:`brwsim.drafters._sequoia.read_acceptance` with torch's loader."""
+    return read_acceptance(text, _tensor_values)

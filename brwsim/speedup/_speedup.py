@@ -19,7 +19,7 @@ from ..errors import BrwsimError
 from ..estimate import SimulationResult
 from ..llm.drafters._report import fixed_builder
 from ..llm.results import DrafterResult, RunResult
-from ._costs import ORACLE, DraftCost, VerifyCost, isotonic_fit
+from ._costs import ORACLE, DraftCost, RooflineCost, VerifyCost, isotonic_fit
 
 MEANING = (
     "speedup = tokens per second with speculation / without it = (E[X]+1) t_verify(0) / (t_verify(P) + t_draft(P)); "
@@ -53,6 +53,7 @@ class SpeedupTable:
     draft: DraftCost
     drafter: str = "oracle"
     source: str = ""
+    limit: str = ""  # why no larger budget was tried (said when the best is the largest P tried)
 
     @property
     def best(self) -> SpeedupRow:
@@ -68,6 +69,14 @@ class SpeedupTable:
         """True when the best is the largest budget tried: a larger P may do better still."""
         return self.best.P == max(r.P for r in self.rows) and self.best.P > 0
 
+    def best_text(self) -> str:
+        """``P = 8`` for an interior best; ``at least P = 64, still rising (why)`` when the best is the largest P
+        tried: the speedup was still rising there and the best budget is not known."""
+        b = self.best
+        if not self.at_edge():
+            return f"P = {b.P}"
+        return f"at least P = {b.P}, still rising" + (f" ({self.limit})" if self.limit else "")
+
     def to_dict(self) -> dict:
         b = self.best
         return {
@@ -79,7 +88,14 @@ class SpeedupTable:
             "cost": self.cost.to_dict(),
             "draft_cost": self.draft.to_dict(),
             "rows": [r.to_dict() for r in self.rows],
-            "best": {"P": b.P, "speedup": b.speedup, "speedup_ci95": b.speedup_ci95, "at_edge": self.at_edge()},
+            "best": {
+                "P": b.P,
+                "speedup": b.speedup,
+                "speedup_ci95": b.speedup_ci95,
+                "at_edge": self.at_edge(),
+                "text": self.best_text(),
+                "limit": self.limit,
+            },  # fmt: skip
             "near_best_P": self.near_best(),
         }
 
@@ -99,6 +115,8 @@ def speedup_table(
     if any(P < 1 for P, _, _ in pts):
         raise BrwsimError("E[X] budgets must be >= 1 (P = 0, plain decoding, is added by itself)")
     t0 = cost.t_verify(0)
+    if not (math.isfinite(t0) and t0 > 0):
+        raise BrwsimError(f"the cost model ({cost.label}) gives t_verify(0) = {t0!r} s; it must be positive and finite")
     rows = [SpeedupRow(0, 0.0, 0.0, t0, 0.0, 1.0, 0.0, cost.spread(0))]
     for P, m, c in pts:
         tv, td = cost.t_verify(P), draft.t_draft(P)
@@ -114,21 +132,40 @@ def from_simulation(res: SimulationResult, cost: VerifyCost, draft: DraftCost = 
     return speedup_table(ex, cost, draft, drafter=res.drafter, source=f"simulate {res.law} ({res.trees} trees)")
 
 
-def drafter_pass_cost(cost: VerifyCost, k: int, layers: int) -> DraftCost:
-    """An early-exit drafter's cost modelled from its size: one pass of its ``k`` of ``layers`` layers costs
-    ``k / layers`` of a plain decoding step, and it runs one pass per drafted token."""
-    return DraftCost(cost.t_verify(0) * k / layers, "P", f"early exit k={k} of {layers} layers", "modelled")
-
-
 def modelled_draft_cost(cost: VerifyCost, d: DrafterResult) -> DraftCost:
-    """A real drafter's cost modelled from its size: one pass costs ``d.draft_fraction`` of a plain decoding step
-    (layers kept / layers, bits / 32, ...; zero for a proposer), one pass per drafted token."""
+    """A real drafter's cost from a saved run: one pass costs ``d.draft_fraction`` of a plain decoding step (the
+    fraction derived from the drafter's and the target's footprints when the run was made, at the target's dtype
+    of that run: :meth:`brwsim.llm.drafters.Drafter.cost_fraction`; zero for a proposer), one pass per drafted
+    token. With the drafter opened, :func:`derived_draft_cost` derives it on this cost model instead."""
     if d.draft_fraction is None:
         return DraftCost(0.0, "P", f"{d.name}: unknown (not counted)", "none")
     if d.draft_fraction == 0:
         return DraftCost(0.0, "P", f"{d.name}: no model pass (proposals from the context)", "none")
-    label = f"{d.name}: {d.draft_fraction:.3g} of a decoding step per pass, one pass per drafted token"
-    return DraftCost(cost.t_verify(0) * d.draft_fraction, "P", label, "modelled")
+    label = f"{d.name}: {d.draft_fraction:.3g} of a decoding step per pass (bytes read, from its footprint)"
+    return DraftCost(cost.t_verify(0) * d.draft_fraction, "P", label, "derived", fraction=d.draft_fraction)
+
+
+def derived_draft_cost(cost: VerifyCost, drafter) -> DraftCost:
+    """An opened real drafter's cost derived from what one pass reads and computes (its
+    :meth:`~brwsim.llm.drafters.Drafter.footprint`): on a roofline, the pass through the same roofline as the
+    target (:meth:`RooflineCost.pass_time`: its weights at their own bits, the target's at the roofline's
+    bytes per parameter); on any other cost, its :meth:`~brwsim.llm.drafters.Drafter.cost_fraction` of the
+    target's step t_verify(0). One pass per drafted token."""
+    fp = drafter.footprint()
+    if fp is not None and fp.empty:
+        return DraftCost(0.0, "P", f"{drafter.name}: no model pass (proposals from the context)", "none")
+    t0 = cost.t_verify(0)
+    if fp is not None and isinstance(cost, RooflineCost):
+        t = cost.pass_time(fp)
+        kvb = cost.bytes_per_param if cost.kv_bytes is None else cost.kv_bytes
+        mb = fp.nbytes(cost.bytes_per_param, kvb, cost.context) / 1e6
+        label = f"{drafter.name}: {1e3 * t:.4g} ms per pass on the roofline ({mb:.4g} MB read: {fp.what})"
+        return DraftCost(t, "P", label, "derived", fraction=t / t0)
+    f = drafter.cost_fraction(getattr(cost, "context", 256))
+    if f is None:
+        return DraftCost(0.0, "P", f"{drafter.name}: unknown (not counted)", "none")
+    label = f"{drafter.name}: {f:.3g} of a decoding step per pass (bytes read, from its footprint)"
+    return DraftCost(t0 * f, "P", label, "derived", fraction=f)
 
 
 def from_llm(run: RunResult, cost: VerifyCost, task: str | None = None, draft_costs=None) -> list[SpeedupTable]:
@@ -149,6 +186,43 @@ def from_llm(run: RunResult, cost: VerifyCost, task: str | None = None, draft_co
     return out
 
 
+P_CAP = 4096  # the largest budget the planner's grid grows to
+
+
+def covers(cost: VerifyCost, P: int) -> bool:
+    """Whether the cost model gives a time at ``P`` (a table does not extrapolate past its rows)."""
+    try:
+        cost.t_verify(P)
+    except BrwsimError:
+        return False
+    return True
+
+
+def grown_table(
+    make: Callable[[list[int]], SpeedupTable], P: Sequence[int], cost: VerifyCost, P_cap: int = P_CAP
+) -> SpeedupTable:
+    """``make(P_list)``'s table, its grid grown until the best budget is interior: while the best is the largest P
+    tried, the largest P is doubled and the table made again, up to ``P_cap`` and as far as the cost model covers.
+    Where it stops at the edge, the table's ``limit`` says why: its answer is "at least P_max, still rising"."""
+    Ps = sorted({int(p) for p in P})
+    while True:
+        t = make(Ps)
+        if not t.at_edge():
+            return t
+        nxt = 2 * Ps[-1]
+        if nxt > P_cap:
+            return dataclasses.replace(t, limit=f"the grid stops at P_max = {P_cap}")
+        if not covers(cost, nxt):
+            return dataclasses.replace(t, limit=f"the cost model gives no time past P = {Ps[-1]}")
+        Ps.append(nxt)
+
+
+def fixed_grid(tables: Iterable[SpeedupTable], why: str) -> list[SpeedupTable]:
+    """Tables whose E[X] cannot be extended (measured or saved at fixed budgets): each one whose best is its largest
+    P says so (``limit``: ``why``, e.g. E[X] measured up to P = 64)."""
+    return [dataclasses.replace(t, limit=why.format(P=t.best.P)) if t.at_edge() else t for t in tables]
+
+
 @dataclasses.dataclass(frozen=True)
 class BestP:
     """The budgets whose speedup the data do not tell apart from the best (see :func:`best_P_set`)."""
@@ -159,6 +233,7 @@ class BestP:
     speedup: dict  # P -> point speedup
     replicates: int
     argmax_share: dict  # P -> share of bootstrap replicates in which P is the best
+    at_edge: bool = False  # the point-estimate best is the largest budget given: at least that P, still rising
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -207,4 +282,5 @@ def best_P_set(
     hi = np.quantile(D, 0.5 + level / 2, axis=0)
     near = [P for P, h in zip(Ps, hi, strict=True) if h >= -1e-12]
     share = {P: float(c / replicates) for P, c in zip(Ps, wins, strict=True)}
-    return BestP(Ps[i_hat], near, min(near), {P: float(s) for P, s in zip(Ps, S, strict=True)}, replicates, share)
+    S_map = {P: float(s) for P, s in zip(Ps, S, strict=True)}
+    return BestP(Ps[i_hat], near, min(near), S_map, replicates, share, Ps[i_hat] == Ps[-1] and Ps[-1] > 0)

@@ -196,3 +196,40 @@ class stubbed_kernels:
         F = _torch().nn.functional
         F.linear, F.scaled_dot_product_attention = self._saved
         return False
+
+
+def decode_step_timer(src, context: int = 256, seed: int = 0):
+    """A callable that runs one plain decoding step of a loaded HF source (one new token after a KV cache of
+    ``context`` random tokens; the cache is cropped back after each call, so every call sees the same context):
+    a target's step, or a drafter's pass when the drafter is a model of its own."""
+    torch = _torch()
+    rng = np.random.default_rng(seed)
+    vocab = int(src.vocab_size)
+    ids = torch.tensor([rng.integers(0, vocab, size=context).tolist()], device=src.device)
+    with torch.inference_mode():
+        cache = src.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+    mask, pos = _tree_inputs(torch, 0, context, src.dtype, src.device)
+    q = _ids(torch, rng, vocab, 1, src)
+
+    def step():
+        with torch.inference_mode():
+            src.model(input_ids=q, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+        cache.crop(-1)
+
+    return step
+
+
+def interleaved_times(calls: dict, repeats: int = 5, warmup: int = 1, device=None) -> dict[str, list[float]]:
+    """Seconds of each named callable over ``repeats`` rounds (after ``warmup`` rounds), one call of each per round
+    in turn, so that load from other processes hits all alike; the device is synchronised around every call."""
+    out: dict[str, list[float]] = {k: [] for k in calls}
+    for r in range(warmup + repeats):
+        for name, fn in calls.items():
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            dt = time.perf_counter() - t0
+            if r >= warmup:
+                out[name].append(dt)
+    return out

@@ -22,6 +22,7 @@ the one SPEC parser, :func:`brwsim._spec.parse_spec`.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
@@ -31,6 +32,57 @@ from ..._spec import Spec, parse_spec
 from ...errors import BrwsimError
 
 DRAFTERS: dict[str, type[Drafter]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class PassFootprint:
+    """What one pass of a model reads and computes for one new token after a context of L tokens.
+
+    ``weights``: ``(parameter count, bits per parameter)`` groups read once per pass; bits ``None`` means the
+    target's own weight dtype (a drafter served at the target's precision, or sharing its tensors).
+    ``kv_values``: cached numbers per context token (keys and values of its ``layers``), read at the target's KV
+    dtype. FLOPs: 2 per parameter of a matrix product, plus the attention's ``4 layers attn_dim (L + 1)``.
+    An empty footprint (no weights, no layers) is a proposer with no model pass. Both the roofline time of a pass
+    (:meth:`brwsim.speedup.RooflineCost.pass_time`) and a drafter's fraction of a target step
+    (:meth:`Drafter.cost_fraction`) are derived from it; nothing else sets a drafter's cost.
+    """
+
+    weights: tuple[tuple[float, float | None], ...] = ()
+    kv_values: int = 0
+    layers: int = 0
+    attn_dim: int = 0
+    what: str = ""
+
+    @property
+    def params(self) -> float:
+        return float(sum(n for n, _ in self.weights))
+
+    @property
+    def empty(self) -> bool:
+        return not self.weights and not self.kv_values
+
+    def weight_bytes(self, bytes_per_param: float) -> float:
+        """Bytes of weights read, each group at its own bits (``bytes_per_param`` where it declares none)."""
+        return float(sum(n * (bytes_per_param if b is None else b / 8.0) for n, b in self.weights))
+
+    def nbytes(self, bytes_per_param: float, kv_bytes: float, context: int) -> float:
+        """Bytes read and written for one new token after ``context``: its weights and its KV cache."""
+        return self.weight_bytes(bytes_per_param) + self.kv_values * kv_bytes * (context + 1)
+
+    def flops(self, context: int) -> float:
+        return 2.0 * self.params + 4.0 * self.layers * self.attn_dim * (context + 1)
+
+    def to_dict(self) -> dict:
+        return {"weights": [list(w) for w in self.weights], "kv_values": self.kv_values, "layers": self.layers,
+                "attn_dim": self.attn_dim, "what": self.what}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PassFootprint:
+        w = tuple((float(n), None if b is None else float(b)) for n, b in d["weights"])
+        return cls(w, int(d["kv_values"]), int(d["layers"]), int(d["attn_dim"]), str(d.get("what", "")))
+
+
+NO_PASS = PassFootprint(what="no model pass (proposals from the context)")
 
 
 class DraftContext(Protocol):
@@ -63,12 +115,33 @@ class Drafter(abc.ABC):
     def open(cls, spec: Spec, target, log=None) -> Drafter:
         """The drafter for a target source (which has every capability in ``needs``)."""
 
-    def cost_fraction(self) -> float | None:
-        """One drafter pass's cost as a fraction of one target decoding step (a model; None: unknown)."""
+    target_footprint: PassFootprint | None = None  # the target's decoding step, set when the drafter opens
+    target_bits: float = 32.0  # the target's weight dtype as loaded, in bits
+
+    def footprint(self) -> PassFootprint | None:
+        """What one drafter pass reads and computes (:class:`PassFootprint`); None: not declared."""
         return None
+
+    def cost_fraction(self, context: int = 256) -> float | None:
+        """One drafter pass as a fraction of one target decoding step after ``context`` tokens, derived from the
+        two footprints: bytes read (weights at their own bits, the target's at ``target_bits``, KV caches at the
+        target's dtype), what bounds a decoding step at batch 1. 0 for no model pass; None: unknown."""
+        fp = self.footprint()
+        if fp is not None and fp.empty:
+            return 0.0
+        tf = self.target_footprint
+        if fp is None or tf is None:
+            return None
+        b = self.target_bits / 8.0
+        return fp.nbytes(b, b, context) / tf.nbytes(b, b, context)
 
     def timing_source(self):
         """A logits source whose decoding step is this drafter's pass (to time it), or None."""
+        return None
+
+    def pass_timer(self, context: int, seed: int = 0):
+        """A callable that runs one drafter pass for one new drafted token after ``context`` tokens (state set up
+        once here), for timing; None: no pass of its own to time, or timed through :meth:`timing_source`."""
         return None
 
 

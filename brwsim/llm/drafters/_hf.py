@@ -8,23 +8,53 @@ from collections.abc import Sequence
 from ...errors import BrwsimError
 from ..sources import TransformersModel
 from ..sources._hf import HFSource, _torch
-from ._base import DraftModel
+from ._base import DraftModel, PassFootprint
+
+
+def model_footprint(
+    model, keep: Sequence[int] | None = None, bits: float | None = None, what: str = ""
+) -> PassFootprint:
+    """The :class:`PassFootprint` of one decoding step of a transformers decoder with only decoder layers ``keep``
+    (0-based; None: all): every parameter outside the decoder layers (embeddings, final norm, LM head; tied
+    matrices counted once) and those of the kept layers; with ``bits``, every matrix (2-D weight) at ``bits`` bits
+    and the rest (norms) at the target's dtype. KV cache: keys and values of the kept layers."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise BrwsimError(f"a footprint needs a decoder-only model with model.layers; {type(model).__name__} has not")
+    keep = range(len(layers)) if keep is None else list(keep)
+    in_layers = {id(p) for layer in layers for p in layer.parameters()}
+    kept = {id(p): p for i in keep for p in layers[i].parameters()}
+    params = {id(p): p for p in model.parameters() if id(p) not in in_layers} | kept
+    mats = float(sum(p.numel() for p in params.values() if p.ndim == 2))
+    rest = float(sum(p.numel() for p in params.values() if p.ndim != 2))
+    weights = ((mats, bits), (rest, None)) if bits is not None else ((mats + rest, None),)
+    cfg = getattr(model.config, "text_config", None) or model.config
+    heads = int(cfg.num_attention_heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    n = len(keep)
+    return PassFootprint(weights, 2 * n * kv * head_dim, n, heads * head_dim, what)
 
 
 class HFDraftModel(DraftModel):
     """A draft model over a transformers model (its own :class:`HFSource`): tree rows on its own KV cache.
-    Subclasses make the model from the target's (a layer subset, a rounded copy, another directory)."""
+    Subclasses make the model from the target's (a layer subset, a rounded copy, another directory) and declare
+    what one of its passes reads (``fp``, a :class:`PassFootprint`), beside the target's own (``target``, a
+    source whose model's decoding step is the unit of :meth:`cost_fraction`)."""
 
     needs = (TransformersModel,)
 
-    def __init__(self, src, name: str, info: dict | None = None, fraction: float | None = None):
-        self.src, self.name, self.info, self.fraction = src, name, dict(info or {}), fraction
+    def __init__(self, src, name: str, info: dict | None = None, fp: PassFootprint | None = None, target=None):
+        self.src, self.name, self.info, self.fp = src, name, dict(info or {}), fp
+        if target is not None:
+            self.target_footprint = model_footprint(target.model, what="the target's decoding step")
+            self.target_bits = 8.0 * float(next(target.model.parameters()).element_size())
 
     def context(self, prompt_ids: Sequence[int]) -> HFDraftContext:
         return HFDraftContext(self.src, prompt_ids)
 
-    def cost_fraction(self) -> float | None:
-        return self.fraction
+    def footprint(self) -> PassFootprint | None:
+        return self.fp
 
     def timing_source(self):
         return self.src

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..._spec import Spec, number
 from ...errors import BrwsimError
 from ._base import register
-from ._hf import HFDraftModel, layer_subset, n_layers, sub_source
+from ._hf import HFDraftModel, layer_subset, model_footprint, n_layers, sub_source
 
 
 @register("early-exit")
@@ -28,4 +28,5 @@ class EarlyExit(HFDraftModel):
         if k > L:
             raise BrwsimError(f"early-exit k must be in 1..{L} (the model has {L} layers), got {k}")
         sub = sub_source(target, layer_subset(target.model, range(k)), spec.text)
-        return cls(sub, f"early-exit:k={k}", {"layers": L, "kept": k}, k / L)
+        fp = model_footprint(target.model, range(k), what=f"the first {k} of {L} layers, embeddings and LM head")
+        return cls(sub, f"early-exit:k={k}", {"layers": L, "kept": k}, fp, target)

@@ -12,7 +12,7 @@ from ..._spec import Spec, number
 from ...errors import BrwsimError
 from ._base import register
 from ._calibrate import heldout_ids, row_divergences, teacher_forced
-from ._hf import HFDraftModel, layer_subset, n_layers, range_text, sub_source
+from ._hf import HFDraftModel, layer_subset, model_footprint, n_layers, range_text, sub_source
 
 
 def _ranges(spec: Spec, value: str) -> list[int]:
@@ -84,4 +84,5 @@ class LayerSkip(HFDraftModel):
         keep = [i for i in range(L) if i + 1 not in skip]
         info |= {"skipped": skip, "kept": len(keep)}
         name = f"layerskip:skip={range_text(skip)}"
-        return cls(sub_source(target, layer_subset(target.model, keep), name), name, info, len(keep) / L)
+        fp = model_footprint(target.model, keep, what=f"{len(keep)} of {L} layers, embeddings and LM head")
+        return cls(sub_source(target, layer_subset(target.model, keep), name), name, info, fp, target)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..._spec import Spec, number
-from ._base import Proposer, register
+from ._base import NO_PASS, PassFootprint, Proposer, register
 
 
 @register("lookup")
@@ -34,8 +34,8 @@ class LookupProposer(Proposer):
     def open(cls, spec: Spec, target, log=None) -> LookupProposer:
         return cls(int(number(spec, "n", integer=True, lo=1, hi=16, default="3")))
 
-    def cost_fraction(self) -> float:
-        return 0.0
+    def footprint(self) -> PassFootprint:
+        return NO_PASS
 
     def __init__(self, n: int = 3):
         self.n = int(n)

@@ -25,7 +25,8 @@ from torch.nn import functional as F
 from ....errors import BrwsimError
 from ...sources import _packed, _rounds
 from ...sources._hf import to_numpy
-from .._base import DraftModel
+from .._base import DraftModel, PassFootprint
+from .._hf import model_footprint
 from ._config import HeadConfig
 from ._model import Head
 from ._target import decode, features, parts, rope
@@ -57,9 +58,37 @@ class EagleDraftModel(DraftModel):
     def open(cls, spec, target, log=None):  # pragma: no cover - opened through the eagle-head registration
         raise NotImplementedError
 
-    def cost_fraction(self) -> float:
-        """One head pass (one decoder layer and the LM head) as a fraction of the target's step: 1 / layers."""
-        return 1.0 / len(parts(self.target.model)[0])
+    @property
+    def target_footprint(self) -> PassFootprint:
+        return model_footprint(self.target.model, what="the target's decoding step")
+
+    @property
+    def target_bits(self) -> float:
+        return 8.0 * float(next(self.target.model.parameters()).element_size())
+
+    def footprint(self) -> PassFootprint:
+        """One head pass: the head's own weights (its fc map and one decoder layer), the target's final norm and LM
+        head (a [vocab, hidden] matrix: 28.3M of SmolLM2-135M's 134.5M parameters), all at the target's dtype, and
+        the head's one-layer KV cache. The token's embedding row is a lookup (not a matrix read)."""
+        _, norm, lm_head, _, _ = parts(self.target.model)
+        own = {id(p): p for m in (self.head, norm, lm_head) for p in m.parameters()}
+        n = float(sum(p.numel() for p in own.values()))
+        h = self.head
+        return PassFootprint(((n, None),), 2 * h.kv_heads * h.head_dim, 1, h.heads * h.head_dim,
+                             "one decoder layer and its fc map, the target's final norm and LM head")  # fmt: skip
+
+    def pass_timer(self, context: int, seed: int = 0):
+        """One head pass for one new drafted node below a prompt of ``context`` random tokens (the target's
+        features of the prompt computed once, outside the timing); each call drafts a new child of the root."""
+        rng = np.random.default_rng(seed)
+        prompt = rng.integers(0, self.vocab_size, size=context + 1).tolist()
+        ctx = self.context(prompt)
+        tokens = iter(rng.permutation(self.vocab_size).tolist())
+
+        def one_pass():
+            ctx.logprobs([(next(tokens),)])
+
+        return one_pass
 
     def context(self, prompt_ids: Sequence[int], temperature: float = 1.0) -> EagleContext:
         return EagleContext(self, [int(t) for t in prompt_ids], float(temperature))
