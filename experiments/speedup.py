@@ -8,8 +8,8 @@ the real-model experiment's rows (the full run's when they exist, else this
 mode's, else the committed ones); its 95% CI is carried into the speedup. (a) t_verify measured here:
 the shipped model's one-pass tree verification on this CPU (fp32, one torch
 thread, context 256, median of repeats); the early-exit drafter of the
-real-drafter experiment beside the oracle, its best exit layer k, with a draft
-cost modelled from its size (k/30 of a decoding step per drafted token).
+real-drafter experiment beside the oracle, its best exit layer k, with its
+pass timed here (interleaved with the target's decoding step).
 (b) t_verify from the roofline of an H100 SXM (datasheet 3.35 TB/s, 989
 TFLOP/s dense BF16; context 512, no fixed overhead) for Llama-shaped 1B and
 8B targets in bf16 and a 70B target with weight-only 8-bit weights (bf16
@@ -21,7 +21,13 @@ rounds over every P, fitted non-decreasing in P (a dip at a larger P is timing
 noise), and the best P of the oracle is reported as a set: the budgets whose
 speedup the data do not tell apart from the best (a paired bootstrap over the
 real-model run's prompts and the timing repeats; brwsim.speedup.best_P_set),
-the smallest of them named.
+the smallest of them named. Every real drafter's pass is timed here
+(brwsim.speedup.measure_draft_cost: interleaved with the target's step,
+Student t interval over the repeats; an EAGLE head is timed as the quick head,
+the same architecture and cost) and derived on the H100 roofline from its
+footprint (its weight bytes at its own bits, the target's in bf16, its KV
+cache, its FLOPs: RooflineCost.pass_time). Where the best P is the largest
+budget whose E[X] was measured, the row says "at least P, still rising".
 Writes results/speedup.{csv,jsonl}, results/speedup_cpu_cost.csv and
 figures/speedup.{png,pdf}. ``--quick``: fewer budgets and repeats for the CPU
 timing (seconds).
@@ -33,6 +39,7 @@ import csv
 import json
 import math
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -42,7 +49,8 @@ from brwsim.speedup import (
     DraftCost,
     TableCost,
     best_P_set,
-    drafter_pass_cost,
+    fixed_grid,
+    grown_table,
     measured_cost,
     speedup_table,
     verify_cost,
@@ -56,7 +64,9 @@ GPU = "h100"
 # (shape, weight bytes per parameter): 70B in bf16 (141 GB) does not fit one 80 GB H100; weight-only 8-bit does
 TARGETS = (("llama-1b", 2.0), ("llama-8b", 2.0), ("llama-70b", 1.0))
 COMMITTED = Path(__file__).resolve().parents[1] / "results"
-GPU_P_MAX = 4096  # E[X] past the measured budgets: extrapolated (a prediction), dotted in the figure
+GPU_P_START = 4096  # E[X] past the measured budgets: extrapolated (a prediction), dotted in the figure; the grid
+GPU_P_CAP = 2**20  # doubles from GPU_P_START until the best P is interior (brwsim.speedup.grown_table)
+MEASURED_UP_TO = "E[X] measured up to P = {P}"
 
 
 def settings(quick: bool, seed: int) -> dict:
@@ -135,8 +145,8 @@ def extrapolate(ex: list[tuple], P_to: int) -> list[tuple]:
     return out
 
 
-def tables(params: dict) -> list[tuple[str, str, object, int]]:
-    """(panel, curve label, SpeedupTable, largest measured P) of every curve."""
+def tables(params: dict, costs: dict) -> list[tuple[str, str, object, int]]:
+    """(panel, curve label, SpeedupTable, largest measured P) of every curve; ``costs``: :func:`drafter_costs`."""
     real = _read("real_model")
     if not real:
         raise BrwsimError("experiments.speedup needs the real-model rows: run python -m experiments.real_model first")
@@ -147,25 +157,38 @@ def tables(params: dict) -> list[tuple[str, str, object, int]]:
     for label in labels:
         task = label.split("/")[-1]
         out.append(("cpu", f"oracle, {task}", speedup_table(_ex(real, label, "oracle", P_max=P_max), cpu), P_max))
-        drafted = _best_drafter(_read("real_drafter"), label, cpu, P_max)
+        drafted = _best_drafter(_read("real_drafter"), label, cpu, P_max, costs)
         if drafted:
             out.append(("cpu", f"{drafted.drafter} (early exit), {task}", drafted, P_max))
         ex = _ex(real, label, "oracle")
         for target, bpp in TARGETS:
             gpu = verify_cost(GPU, target=target, bytes_per_param=bpp, context=512)
             name = f"{target} ({8 * bpp:.0f}-bit weights), {task}"
-            out.append((GPU, name, speedup_table(extrapolate(ex, GPU_P_MAX), gpu), ex[-1][0]))
+            out.append((GPU, name, _gpu_curve(ex, gpu), ex[-1][0]))
     return out
 
 
-def _best_drafter(rows: list[dict], label: str, cost, P_max: int):
+def _gpu_curve(ex: list[tuple], gpu):
+    """The h100 curve with E[X] extrapolated past its measured budgets, its grid doubled until the best P is
+    interior."""
+    return grown_table(lambda Ps: speedup_table(extrapolate(ex, Ps[-1]), gpu), [GPU_P_START], gpu, GPU_P_CAP)
+
+
+def early_exit_names(rows: list[dict]) -> list[str]:
+    """The early-exit drafters of the real-drafter rows (k < all layers), as drafter SPECs."""
+    ks = {r["k"] for r in rows if r["statistic"] == "topq" and r.get("k") is not None} - {LAYERS}
+    return [f"early-exit:k={k}" for k in sorted(ks)]
+
+
+def _best_drafter(rows: list[dict], label: str, cost, P_max: int, costs: dict):
     """The early-exit drafter's top-P-by-Q table at the exit layer k (k < all layers) with the largest speedup at
-    some P >= 1, or None."""
+    some P >= 1, its pass timed here (``costs``), or None."""
     best, top = None, -math.inf
     for k in sorted({r["k"] for r in rows if r["law"] == label and r["statistic"] == "topq"} - {None, LAYERS}):
         ex = _ex(rows, label, "topq", k, P_max)
         if ex:
-            t = speedup_table(ex, cost, drafter_pass_cost(cost, k, LAYERS), drafter=f"top-P-by-Q k={k}")
+            dc = _draft_cost(costs[f"early-exit:k={k}"], "cpu")
+            t = speedup_table(ex, cost, dc, drafter=f"top-P-by-Q k={k}")
             s = max(r.speedup for r in t.rows[1:])
             best, top = (t, s) if s > top else (best, top)
     return best
@@ -182,10 +205,17 @@ def _drafter_ex(rows: list[dict], label: str, name: str, P_max: int) -> list[tup
     return []
 
 
+def timed_spec(name: str) -> str:
+    """The drafter SPEC whose pass is timed for a drafter of the rows: an EAGLE head as the quick head (the same
+    architecture, so the same pass: one decoder layer, the fc map, the target's LM head; it trains in seconds)."""
+    return "eagle-head:quick" if name.startswith("eagle-head") else name
+
+
 def drafter_costs(params: dict, names: list[str]) -> dict:
-    """Per real drafter: one pass's seconds measured on this CPU (None when it has no model of its own to time)
-    and its modelled fraction of a target step; and the h100 roofline t_verify with the target's shapes
-    (cached per machine)."""
+    """Per real drafter: one pass timed on this CPU (brwsim.speedup.measure_draft_cost: interleaved with the
+    target's decoding step, median and Student t interval over the repeats), its footprint, and its pass derived on
+    the h100 roofline from that footprint (the target in bf16); and the h100 roofline t_verify with the target's
+    shapes (cached per machine)."""
 
     def compute():
         from brwsim.llm.drafters import open_drafter
@@ -196,47 +226,67 @@ def drafter_costs(params: dict, names: list[str]) -> dict:
         h100 = verify_cost(GPU, source=src, context=512)
         out = [{"name": "h100", "points": {str(P): h100.t_verify(P) for P in [0, *params["P"]]}}]
         for name in names:
-            if name.startswith("eagle-head"):  # a head: one decoder layer and the LM head (not timed on its own)
-                out.append({"name": name, "t_pass": None, "fraction": 1.0 / LAYERS})
-                continue
-            d = open_drafter(name, src)
-            dc = measure_draft_cost(d, context=params["context"], repeats=params["repeats"])
-            out.append({"name": name, "t_pass": dc.t_pass if dc else None, "fraction": d.cost_fraction()})
+            d = open_drafter(timed_spec(name), src)
+            fp = d.footprint()
+            dc = measure_draft_cost(d, src, context=params["context"], repeats=params["repeats"], seed=params["seed"])
+            out.append({"name": name, "timed": timed_spec(name), "footprint": fp.to_dict(),
+                        "h100_pass": h100.pass_time(fp),
+                        "fraction_by_bytes": d.cost_fraction(params["context"]),
+                        **({"t_pass": dc.t_pass, "t_pass_ci95": dc.t_pass_ci95, "t_step": dc.t_step,
+                            "fraction": dc.fraction, "repeats": dc.repeats} if dc else {"t_pass": None})})  # fmt: skip
         return out
 
     key = {"what": "drafter_costs", "names": names, "P": params["P"], "node": platform.node()}
-    key |= {k: params[k] for k in ("context", "repeats")} | {"version": brwsim.__version__}
+    key |= {k: params[k] for k in ("context", "repeats", "seed")} | {"version": brwsim.__version__}
     return {r["name"]: r for r in common.cached(NAME, key, compute)}
 
 
-def _draft_cost(c: dict, t0: float, where: str) -> DraftCost:
-    if where == "cpu" and c["t_pass"] is not None:
-        return DraftCost(c["t_pass"], "P", f"{c['name']}: measured here, one pass per drafted token", "measured")
-    f = c["fraction"] or 0.0
-    return DraftCost(t0 * f, "P", f"{c['name']}: {f:.3g} of a target step per pass (modelled)", "modelled")
+def _draft_cost(c: dict, where: str) -> DraftCost:
+    """A drafter's cost: measured here on the CPU (None t_pass: no model pass), derived from its footprint on the
+    h100 roofline."""
+    if where == "cpu":
+        if c["t_pass"] is None:
+            return DraftCost(0.0, "P", f"{c['name']}: no model pass", "none")
+        label = f"{c['name']}: {1e3 * c['t_pass']:.3g} ms per pass measured here ({c['timed']})"
+        return DraftCost(
+            c["t_pass"], "P", label, "measured", c["t_pass_ci95"], c["t_step"], c["fraction"], c["repeats"]
+        )
+    if not c["h100_pass"]:
+        return DraftCost(0.0, "P", f"{c['name']}: no model pass", "none")
+    label = f"{c['name']}: {1e3 * c['h100_pass']:.3g} ms per pass on the roofline, from its footprint"
+    return DraftCost(c["h100_pass"], "P", label, "derived")
 
 
-def drafter_tables(params: dict, cpu) -> list[tuple[str, str, str, object]]:
+def drafter_tables(params: dict, cpu, costs: dict) -> list[tuple[str, str, str, object]]:
     """(panel, task, drafter, SpeedupTable) for the oracle and every real drafter of the real-drafters rows (the
-    same prompts), with each drafter's draft cost: measured here on the CPU, modelled on the h100 roofline."""
+    same prompts), with each drafter's draft cost (``costs``: :func:`all_costs`): measured here on the CPU, derived
+    from its footprint on the h100 roofline; where the best is the largest P measured, at least that P."""
     rows = _read("real_drafters")
     names = list(dict.fromkeys(r["drafter"] for r in rows if r.get("drafter")))
     if not names:
         return []
-    costs = drafter_costs(params, names)
     h100 = TableCost({int(P): t for P, t in costs["h100"]["points"].items()}, "roofline", f"{GPU} roofline, L=512")
     P_max, out = max(params["P"]), []
     for label in dict.fromkeys(r["law"] for r in rows if r["statistic"] == "oracle"):
         task = label.split("/")[-1]
         oracle = _ex(rows, label, "oracle", P_max=P_max)
         for panel, cost in (("cpu", cpu), (GPU, h100)):
-            out.append((panel, task, "oracle (speed of light)", speedup_table(oracle, cost)))
+            oracle_t = speedup_table(oracle, cost)
+            out.append((panel, task, "oracle (speed of light)", fixed_grid([oracle_t], MEASURED_UP_TO)[0]))
             for name in names:
                 ex = _drafter_ex(rows, label, name, P_max)
                 if ex:
-                    dc = _draft_cost(costs[name], cost.t_verify(0), panel)
-                    out.append((panel, task, name, speedup_table(ex, cost, dc, drafter=name)))
+                    t = speedup_table(ex, cost, _draft_cost(costs[name], panel), drafter=name)
+                    out.append((panel, task, name, fixed_grid([t], MEASURED_UP_TO)[0]))
     return out
+
+
+def all_costs(params: dict) -> dict:
+    """:func:`drafter_costs` of every drafter of the real-drafters rows and every early exit of the real-drafter
+    rows, in one cached measurement."""
+    rows = _read("real_drafters")
+    names = list(dict.fromkeys(r["drafter"] for r in rows if r.get("drafter")))
+    return drafter_costs(params, names + early_exit_names(_read("real_drafter")))
 
 
 def drafter_figure(dt):
@@ -300,22 +350,40 @@ def figure(curves):
     return fig
 
 
-def write_cpu_cost(cost) -> Path:
+def write_cpu_cost(cost, times: dict) -> Path:
+    """The measured t_verify per P: its isotonic fit (the value used), the raw median of the repeats, min, max."""
     results, _ = common.out_dirs()
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{NAME}_cpu_cost.csv"
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["P", "seconds_median", "seconds_min", "seconds_max"])
+        w.writerow(["P", "seconds_isotonic_fit", "seconds_median_raw", "seconds_min", "seconds_max"])
         for P in sorted(cost.points):
-            w.writerow([P, cost.points[P], *cost.spread(P)])
+            w.writerow([P, cost.points[P], statistics.median(times[P]), *cost.spread(P)])
     return path
+
+
+def cost_rows(costs: dict, params: dict) -> list[dict]:
+    """One row per drafter and panel: ``draft_pass_seconds`` (cpu: the median of the timed passes, with the Student t
+    half-width of their mean; h100: derived from the footprint), with the fraction of the target's step."""
+    out = []
+    for name, c in costs.items():
+        if name == "h100":
+            continue
+        out.append(common.row(name, 0, "draft_pass_seconds", c["t_pass"], c.get("t_pass_ci95"), c.get("repeats", 0),
+                              params["seed"], panel="cpu", draft_cost="measured" if c["t_pass"] else "none",
+                              timed=c["timed"], t_step=c.get("t_step"), fraction=c.get("fraction"),
+                              fraction_by_bytes=c["fraction_by_bytes"]))  # fmt: skip
+        out.append(common.row(name, 0, "draft_pass_seconds", c["h100_pass"], 0.0, 0, params["seed"], panel=GPU,
+                              draft_cost="derived (roofline of its footprint)", footprint=c["footprint"]))  # fmt: skip
+    return out
 
 
 def main(argv=None) -> dict:
     args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
     params = settings(args.quick, args.seed)
-    curves = tables(params)
+    costs = all_costs(params)
+    curves = tables(params, costs)
     rows, lines = [], []
     for panel, name, t, P_meas in curves:
         for r in t.rows:
@@ -323,31 +391,33 @@ def main(argv=None) -> dict:
             extra["ex_source"] = "measured" if r.P <= P_meas else "extrapolated (prediction)"
             rows.append(common.row(name, r.P, "speedup", r.speedup, r.speedup_ci95, 0, params["seed"], **extra))
         b = t.best
-        edge = " (largest P tried)" if t.at_edge() else (" (E[X] extrapolated there)" if b.P > P_meas else "")
+        edge = " (E[X] extrapolated there)" if b.P > P_meas else ""
         lines.append(
-            f"{panel} {name}: best P = {b.P}{edge}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} (estimate; E[X] "
-            "over the real-model run's prompts)"
+            f"{panel} {name}: best {t.best_text()}{edge}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} (estimate; "
+            "E[X] over the real-model run's prompts)"
         )
     for task, b in best_sets(params):
         rows.append(common.row(f"{MODEL}/{task}", b.smallest, "best_P_set", b.speedup[b.smallest], None, b.replicates,
                                params["seed"], near_best=b.near_best, P_hat=b.P_hat, argmax_share=b.argmax_share,
-                               panel="cpu", cost="measured, isotonic fit"))  # fmt: skip
+                               panel="cpu", cost="measured, isotonic fit", at_edge=b.at_edge))  # fmt: skip
+        edge = ", the largest P measured: at least that P, still rising" if b.at_edge else ""
         lines.append(f"cpu oracle, {task}: best P set {b.near_best} (bootstrap over prompts and repeats), smallest "
-                     f"{b.smallest}; point best {b.P_hat}")  # fmt: skip
+                     f"{b.smallest}; point best {b.P_hat}{edge}")  # fmt: skip
     cost = next(c[2].cost for c in curves if c[0] == "cpu")
-    dt = drafter_tables(params, cost)
+    dt = drafter_tables(params, cost, costs)
     counts = {r["law"].split("/")[-1]: r["trees"] for r in _read("real_drafters") if r["statistic"] == "oracle"}
     for panel, task, name, t in dt:
         b = t.best
         rows.append(common.row(f"{MODEL}/{task}", b.P, "drafter_best_speedup", b.speedup, b.speedup_ci95, 0,
                                params["seed"], panel=panel, drafter=name, t_pass=t.draft.t_pass,
-                               draft_cost=t.draft.kind, ex=b.ex))  # fmt: skip
-        lines.append(f"{panel} {task} {name}: best P = {b.P}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
+                               draft_cost=t.draft.kind, ex=b.ex, at_edge=t.at_edge(), best=t.best_text()))  # fmt: skip
+        lines.append(f"{panel} {task} {name}: best {t.best_text()}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
                      f"(estimate; draft pass {1e3 * t.draft.t_pass:.3g} ms, {t.draft.kind}; E[X] over the "
                      f"real-drafters run's {counts.get(task, '?')} prompts)")  # fmt: skip
+    rows += cost_rows(costs, params)
     figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []
     common.write_rows(NAME, rows)
-    write_cpu_cost(cost)
+    write_cpu_cost(cost, cpu_times(params, params["P"]))
     ms = ", ".join(f"P={P} {1e3 * s:.0f}" for P, s in sorted(cost.points.items()))
     lines.append(f"measured t_verify here (ms, median of {params['repeats']} interleaved rounds, isotonic fit): {ms}")
     png = common.save_figure(figure(curves), NAME)

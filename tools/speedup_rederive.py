@@ -1,0 +1,69 @@
+"""Drafter speedups re-derived from the committed rows under the footprint cost model, without rerunning the
+experiment (provisional until ``taskset -c 1 python -m experiments.speedup`` is rerun on a quiet machine).
+
+E[X] per P: results/real_drafters.jsonl (the fixed builder, 64 prompts per task). H100: the roofline of
+``experiments.speedup`` (SmolLM2-135M's shape in bf16, L = 512), each drafter's pass derived from its footprint
+(RooflineCost.pass_time). CPU: t_verify from results/speedup_cpu_cost.csv (the isotonic fit measured on
+2026-11-27); each drafter's pass = its fraction of the target's step, timed here now, interleaved with the target's
+step (brwsim.speedup.measure_draft_cost; an EAGLE head timed as the quick head), times that committed t_verify(0).
+The fraction is a ratio of passes taken in the same rounds, so load hits both; the absolute times are not used.
+
+    taskset -c 1 python tools/speedup_rederive.py [--repeats 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from brwsim.llm.drafters import open_drafter  # noqa: E402
+from brwsim.llm.sources import load_source  # noqa: E402
+from brwsim.speedup import DraftCost, TableCost, fixed_grid, measure_draft_cost, speedup_table, verify_cost  # noqa: E402
+from experiments.speedup import MEASURED_UP_TO, _drafter_ex, _ex, timed_spec  # noqa: E402
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=9)
+    args = ap.parse_args(argv)
+    rows = [json.loads(x) for x in (ROOT / "results/real_drafters.jsonl").read_text().splitlines() if x.strip()]
+    with open(ROOT / "results/speedup_cpu_cost.csv") as f:
+        r = list(csv.reader(f))
+    cpu = TableCost({int(x[0]): float(x[1]) for x in r[1:]}, "measured", "committed isotonic fit, 2026-11-27")
+    src = load_source("smollm2-135m", threads=1)
+    h100 = verify_cost("h100", source=src, context=512)
+    names = list(dict.fromkeys(x["drafter"] for x in rows if x.get("drafter")))
+    costs = {}
+    for name in names:
+        d = open_drafter(timed_spec(name), src)
+        m = measure_draft_cost(d, src, context=256, repeats=args.repeats)
+        frac = m.fraction if m else 0.0
+        costs[name] = {
+            "cpu": DraftCost(frac * cpu.t_verify(0), "P", f"{name}: {frac:.3f} of the step", "derived"),
+            "h100": DraftCost(h100.pass_time(d.footprint()), "P", name, "derived"),
+        }
+        t = h100.pass_time(d.footprint())
+        print(f"{name}: CPU fraction {frac:.3f} (t interval of the pass {m.t_pass_ci95 if m else 0:.4f} s); "
+              f"H100 pass {1e3 * t:.4f} ms = {t / h100.t_verify(0):.3f} of the step")  # fmt: skip
+    for label in dict.fromkeys(x["law"] for x in rows if x["statistic"] == "oracle"):
+        task = label.split("/")[-1]
+        for panel, cost in (("cpu", cpu), ("h100", h100)):
+            tabs = [("oracle", speedup_table(_ex(rows, label, "oracle", P_max=64), cost))]
+            for name in names:
+                ex = _drafter_ex(rows, label, name, 64)
+                if ex:
+                    tabs.append((name, speedup_table(ex, cost, costs[name][panel], drafter=name)))
+            for name, t in tabs:
+                t = fixed_grid([t], MEASURED_UP_TO)[0]
+                b = t.best
+                print(f"{panel} {task} {name}: best {t.best_text()}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f}")
+
+
+if __name__ == "__main__":
+    main()
