@@ -67,3 +67,15 @@ def test_best_P_set_needs_the_plain_step():
     with pytest.raises(BrwsimError, match="P = 0"):
         best_P_set({1: [1.0]}, {1: [1.0]})
     assert np.isfinite(best_P_set({1: [1.0]}, {0: [1.0], 1: [2.0]}).speedup[1])
+
+
+def test_best_P_set_says_when_the_best_is_the_largest_budget():
+    # a flat pass and a rising E[X]: the best is the largest budget given, so the best budget is at least that
+    ex = {1: [1.0, 1.0], 2: [2.0, 2.0], 4: [3.0, 3.0]}
+    flat = {0: [1.0] * 2, 1: [1.0] * 2, 2: [1.0] * 2, 4: [1.0] * 2}
+    assert best_P_set(ex, flat, replicates=20).at_edge
+    slow = {0: [1.0] * 2, 1: [1.0] * 2, 2: [1.0] * 2, 4: [2.0] * 2}  # P = 4: 4 / 2 < 3 at P = 2: interior
+    b = best_P_set(ex, slow, replicates=20)
+    assert b.P_hat == 2 and not b.at_edge
+    none = best_P_set({1: [0.1]}, {0: [1.0], 1: [2.0]}, replicates=5)  # plain decoding is best: not an edge
+    assert none.P_hat == 0 and not none.at_edge
