@@ -9,7 +9,10 @@ table (docs/speedup.md).
   :class:`RooflineCost`, :class:`AchievedRooflineCost` (this CPU's measured kernel FLOP/s per shape);
   :class:`DraftCost` (zero for the oracle).
 - :func:`verify_cost`: a ``--hardware`` name -> a cost model; :func:`measure_draft_cost`: a real drafter's pass
-  timed here.
+  timed here, interleaved with the target's step; :func:`derived_draft_cost`: its pass derived from its footprint
+  (:class:`brwsim.llm.drafters._base.PassFootprint`) through the same roofline as the target.
+- :func:`grown_table`: the P grid doubled until the best P is interior ("at least P, still rising" otherwise);
+  :func:`acceptance_vector`: Sequoia's positional acceptance rates from a comma list or its saved vector.
 - :mod:`._timing`: wall-clock timing of a verification pass (device-synchronised) and of this machine's peaks.
 - :func:`speedup_table`, :func:`from_simulation`, :func:`from_llm` -> :class:`SpeedupTable` (rows, ``best``).
 """
