@@ -198,10 +198,10 @@ class RooflineCost(VerifyCost):
         return max(b["t_memory"], b["t_compute"]) + self.hardware.overhead
 
     def pass_time(self, fp) -> float:
-        """Seconds of one pass of a model of footprint ``fp`` (a :class:`brwsim.llm.drafters._base.PassFootprint`: one new
-        token after ``context``) through this roofline: its weights at their own bits (``bytes_per_param`` where it
-        declares none), its KV cache at ``kv_bytes``, max(bytes / bandwidth, FLOPs / peak) + overhead; 0 for a
-        footprint with no model pass. The target's own step, ``t_verify(0)``, is the same formula on its shape."""
+        """Seconds of one pass of a model of footprint ``fp`` (a :class:`brwsim.llm.drafters._base.PassFootprint`:
+        one new token after ``context``) through this roofline: its weights at their own bits (``bytes_per_param``
+        where it declares none), its KV cache at ``kv_bytes``, max(bytes / bandwidth, FLOPs / peak) + overhead; 0 for
+        a footprint with no model pass. The target's own step, ``t_verify(0)``, is the same formula on its shape."""
         if fp.empty:
             return 0.0
         kvb = self.bytes_per_param if self.kv_bytes is None else self.kv_bytes
