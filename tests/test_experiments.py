@@ -186,3 +186,30 @@ def test_real_drafters_table_names_the_checked_builder_and_shows_the_fixed_one()
     dotted = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":" and len(ln.get_xdata())]
     crosses = [ln for ln in ax.get_lines() if ln.get_marker() == "x" and len(ln.get_xdata())]
     assert [list(ln.get_xdata()) for ln in crosses] == [[8]] and [list(ln.get_xdata()) for ln in dotted] == [[32]]
+
+
+def test_real_drafters_rows_carry_the_checked_builders_and_the_cut_prompts():
+    """From cached points: the check's row names the builders its trees came from and the fixed builder's mean
+    value at the check's P; a prompt at the token limit is counted as cut."""
+    import numpy as np
+
+    from experiments import real_drafters
+
+    rng = np.random.default_rng(0)
+
+    def point(i, tokens):
+        o = np.cumsum(rng.uniform(0.1, 0.5, 8)).tolist()
+        check = {"builder": "eagle", "P": 4, "samples": 10, "mean": 1.0, "se": 0.1, "value": 1.0, "sample_se": 0.1}
+        d = {"name": "d", "values": {"topq": [x * 0.8 for x in o], "eagle": [x * 0.9 for x in o]}, "stats": None,
+             "xi_q": None, "s_P": None, "check": check, "passes": 3}  # fmt: skip
+        return {"task": "code", "id": str(i), "prompt_tokens": tokens, "oracle": o, "H": 1.0, "M2": 2.0,
+                "xi": rng.exponential(1.0, (8, 6)).tolist(), "drafters": [d], "seconds": 1.0, "phases": {"open": 0.1},
+                "host": {}, "tokens": {}, "floor": {}}  # fmt: skip
+
+    pts = [point(0, 384), point(1, 12), point(2, 100)]
+    rows = real_drafters.aggregate({"P": [1, 2, 4, 8], "model": "m", "seed": 0}, pts, {})
+    ck = next(r for r in rows if r["statistic"] == "check_accepted_per_call")
+    assert ck["builders"] == ["eagle"] and ck["fixed_builder"] == "topq"
+    assert ck["fixed_value"] == pytest.approx(np.mean([p["drafters"][0]["values"]["topq"][3] for p in pts]))
+    assert [r["mean"] for r in rows if r["statistic"] == "prompts_cut"] == [1]
+    assert "(P=4; eagle)" in real_drafters.table(rows, {"P": [1, 2, 4, 8]})
