@@ -44,7 +44,9 @@ XI = [[1.0, 1.0], [2.0, NAN]]
 
 
 def curves(**kw):
-    return SpineCurves(np.array(XI), cover=np.array([2.5, 2.5]), **kw)
+    # two walks check the estimator's arithmetic, so every threshold is a candidate here (min_walks_below=0);
+    # the rule that keeps only thresholds with enough walks below them is tested on its own
+    return SpineCurves(np.array(XI), cover=np.array([2.5, 2.5]), **{"min_walks_below": 0, **kw})
 
 
 def pop_se(values):
@@ -156,7 +158,7 @@ def test_estimate_minimum_matches_a_brute_force_grid(kind):
     xi[2, 3:] = NAN
     cover = np.full(6, 3.0)
     P = 12.0
-    c = SpineCurves(xi, cover=cover)
+    c = SpineCurves(xi, cover=cover, min_walks_below=0)
     got = getattr(c, kind)(P, 0.0)
     brute = brute_estimate(xi, cover, np.linspace(1e-9, 3.0 - 1e-9, 30001), P, kind).min()
     assert got.estimate == pytest.approx(brute, abs=2e-3 * P)  # grid step 1e-4: P e^-s moves by < 1e-4 P
@@ -171,23 +173,24 @@ def test_curves_from_xi_caps_at_ln_P_plus_60():
     assert curves_from_xi(xi, P_max=E**3).limit == pytest.approx(63.0)
 
 
-def sixteen_walks():
-    return np.array(XI * 8)  # the two-walk example eight times: same means, se divided by sqrt(8)
+def thirty_two_walks():
+    return np.array(XI * 16)  # the two-walk example sixteen times: same means, se divided by 4
 
 
 def test_spine_bounds_from_sampled_continuations_by_hand():
-    out = spine_bounds(sixteen_walks(), [4], margin_z=MARGIN_Z)
-    # observed to S = 2 (walk 0's last sum; walk 1 ended): candidates 1^- and 2^- only
-    se2 = pop_se([1, 0] * 8)
-    split = min([(4 / E, 0.0, 1.0), (0.5 + 4 * math.exp(-2), se2, 2.0)], key=lambda c: c[0] + MARGIN_Z * c[1])
+    out = spine_bounds(thirty_two_walks(), [4], margin_z=MARGIN_Z)
+    # observed to S = 2 (walk 0's last sum; walk 1 ended): candidates 1^- and 2^-. No walk lies below 1, so
+    # only 2^- (16 walks below it) is kept. rel 1e-5: the steps are taken as float32 values, lowered by
+    # 4 float32 ulps before the bounds are computed
     b = out[4]
-    assert b.splitting.upper == pytest.approx(split[0] + MARGIN_Z * split[1]) and b.splitting.s == split[2]
-    y = [1 - math.exp(-1), 0.0] * 8
-    dual = min(
-        [(4 / E, 0.0, 1.0), (np.mean(y) + 4 * math.exp(-2), pop_se(y), 2.0)], key=lambda c: c[0] + MARGIN_Z * c[1]
-    )
-    assert b.dual.upper == pytest.approx(dual[0] + MARGIN_Z * dual[1]) and b.dual.s == dual[2]
-    assert spine_bounds(sixteen_walks(), [4], margin_z=0.0)[4].splitting.upper == pytest.approx(0.5 + 4 * math.exp(-2))
+    se2 = pop_se([1, 0] * 16)
+    assert b.splitting.upper == pytest.approx(0.5 + 4 * math.exp(-2) + MARGIN_Z * se2, rel=1e-5)
+    assert b.splitting.s == 2.0
+    y = [1 - math.exp(-1), 0.0] * 16
+    assert b.dual.upper == pytest.approx(np.mean(y) + 4 * math.exp(-2) + MARGIN_Z * pop_se(y), rel=1e-5)
+    assert b.dual.s == 2.0
+    no_margin = spine_bounds(thirty_two_walks(), [4], margin_z=0.0)[4].splitting.upper
+    assert no_margin == pytest.approx(0.5 + 4 * math.exp(-2), rel=1e-5)
     with pytest.raises(BrwsimError):
         spine_bounds(np.array(XI * 7), [4])  # 14 walks: too few for a margin
 
@@ -264,9 +267,9 @@ def test_threshold_counts_edges():
 
 
 def test_spine_bounds_margin_reaches_both_bounds_and_too_few_walks_say_so():
-    out = spine_bounds(sixteen_walks(), [4], margin_z=0.0)[4]
-    y = [1 - math.exp(-1), 0.0] * 8
-    assert out.dual.upper == pytest.approx(min(4 / E, float(np.mean(y)) + 4 * math.exp(-2)))
+    out = spine_bounds(thirty_two_walks(), [4], margin_z=0.0)[4]
+    y = [1 - math.exp(-1), 0.0] * 16
+    assert out.dual.upper == pytest.approx(float(np.mean(y)) + 4 * math.exp(-2), rel=1e-5)
     assert out.dual.se == pytest.approx(pop_se(y))
     with pytest.raises(BrwsimError, match="at least 16 sampled continuations.*got 14"):
         spine_bounds(np.array(XI * 7), [4])
@@ -337,10 +340,10 @@ def test_t_messages_and_cover_passed_through():
 
 
 def test_the_limit_is_a_candidate_below_one_and_with_no_point():
-    c = SpineCurves(np.array([[0.5], [0.5]]), cover=np.array([0.8, 0.8]))  # point 0.5, limit 0.8
+    c = SpineCurves(np.array([[0.5], [0.5]]), cover=np.array([0.8, 0.8]), min_walks_below=0)  # point 0.5, limit 0.8
     b = c.splitting(100.0, 0.0)  # 100 e^-0.5 = 60.7 against 1 + 100 e^-0.8 = 45.9: the limit wins
     assert b.s == 0.8 and b.estimate == pytest.approx(1 + 100 * math.exp(-0.8))
-    c = SpineCurves(np.array([[0.5], [0.5]]), cover=np.array([0.3, 0.3]))  # no point below the limit
+    c = SpineCurves(np.array([[0.5], [0.5]]), cover=np.array([0.3, 0.3]), min_walks_below=0)  # no point below the limit
     assert c.splitting(4.0).s == 0.3 and c.splitting(4.0).estimate == pytest.approx(4 * math.exp(-0.3))
     assert c.dual(4.0).s == 0.3
 
@@ -362,7 +365,7 @@ def test_splitting_minimum_over_left_limits_by_brute_force(z):
     rng = np.random.default_rng(3)
     xi = rng.choice([0.0, 0.25, 0.5, 1.0], size=(8, 6))  # many ties and zero steps
     xi[:, -1] = 4.0  # every walk observed past the points that matter
-    got = SpineCurves(xi).splitting(6.0, z)
+    got = SpineCurves(xi, min_walks_below=0).splitting(6.0, z)
     want, s = left_limit_minimum(xi, 6.0, z)
     assert got.upper == pytest.approx(want, rel=1e-12) and got.s == s
 
@@ -380,7 +383,7 @@ def test_float32_steps_are_summed_in_float64():
 
 
 def test_one_point_exactly_at_the_limit():
-    c = SpineCurves(np.array([[0.5], [NAN]]), cover=np.array([0.5, 0.5]))
+    c = SpineCurves(np.array([[0.5], [NAN]]), cover=np.array([0.5, 0.5]), min_walks_below=0)
     b = c.splitting(4.0, 0.0)
     assert b.s == 0.5 and b.estimate == pytest.approx(4 * math.exp(-0.5))
 

@@ -31,11 +31,14 @@ def test_law_spine_bounds_pass_walks_and_the_mu_hint_on():
     law = fixed_law([0.5, 0.5])
     with pytest.raises(BrwsimError, match=r"^walks must be >= 2, got 1$"):  # the named count reaches the walks
         law_spine_bounds(jax.random.key(0), law, [8], walks=1)
-    # hint 0.001, P = 1000: s_max = max(ln 1, 0) + 3 = 3, so each walk stops at d = 5 (5 ln 2 = 3.47 > 3) and the
-    # points are d ln 2, d = 1..5, the last one at the limit. Splitting at u = d ln 2: C(u-) + P 2^-d = (d - 1) +
-    # 1000 / 2^d, smallest at d = 5: 4 + 31.25 (without the hint the walks reach d = 15 and d = 9 gives 9.95)
-    out = law_spine_bounds(jax.random.key(0), law, [1000], walks=16, margin_z=0.0, mu_hint=0.001)[1000]
-    assert out.splitting.estimate == pytest.approx(4 + 1000 / 32, rel=1e-5)
+    # hint 0.001, P = 16: s_max = max(ln 0.016, 0) + 3 = 3, so each walk stops at d = 5 (5 ln 2 = 3.47 > 3), and
+    # the 30 nodes below that level are at least P (without the hint the walks reach d = 9). The bounds are those
+    # of these curves. (Not the value itself: were the walks too short for P, they would be run further, so a
+    # hint no longer changes the bound, only the work.)
+    out = law_spine_bounds(jax.random.key(0), law, [16], walks=16, margin_z=0.0, mu_hint=0.001)[16]
+    c = law_curves(jax.random.key(0), law, 16, walks=16, mu_hint=0.001)
+    assert c.limit == pytest.approx(5 * math.log(2), rel=1e-6)
+    assert out.splitting == c.splitting(16, 0.0) and out.dual == c.dual(16, 0.0)
 
 
 def test_law_spine_bounds_default_to_8192_walks():
@@ -88,7 +91,7 @@ def test_splitting_takes_the_left_limit_at_the_first_point_of_an_atom():
     #   u = 1.5: 1.5 + 6 e^-1.5 + 0.707 = 3.546.
     # Counting walk 0's point at 1 but not walk 1's (inside the atom at 1, not a left limit) would give
     # C = (1, 1), 1 + 6/e = 3.207 with se 0: lower, and wrong.
-    c = SpineCurves(np.array([[1.0, np.nan], [0.5, 0.5]]), cover=np.array([1.5, 1.5]))
+    c = SpineCurves(np.array([[1.0, np.nan], [0.5, 0.5]]), cover=np.array([1.5, 1.5]), min_walks_below=0)
     b = c.splitting(6.0, 2.0)
     assert b.s == 1.0 and b.se == pytest.approx(math.sqrt(0.125), rel=1e-12)
     assert b.upper == pytest.approx(0.5 + 6 / math.e + 2 * math.sqrt(0.125), rel=1e-12)
@@ -106,8 +109,8 @@ def test_moments_standard_errors_use_the_sample_standard_deviation():
 
 
 def test_jensen_check_accepts_mu2_exactly_at_its_tolerance():
-    # mu_2 is refused only strictly below mu^2 (1 - 1e-9) - 1e-12; at mu = 0 that edge is -1e-12 exactly
-    # (0 * 0 * (1 - 1e-9) = 0 in floating point), so mu_2 = -1e-12 passes and mu = 0 gives the infinite term
+    # mu_2 is refused only strictly below mu^2 (1 - JENSEN_RTOL) - 1e-12; at mu = 0 that edge is -1e-12 exactly
+    # (0 * 0 * (1 - JENSEN_RTOL) = 0 in floating point), so mu_2 = -1e-12 passes and mu = 0 gives the infinite term
     assert theorem1_leading(2.0, 0.0, -1e-12) == math.inf
     with pytest.raises(BrwsimError, match="Jensen"):
         theorem1_leading(2.0, 0.0, -2e-12)

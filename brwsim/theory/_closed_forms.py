@@ -13,6 +13,14 @@ import numpy as np
 
 from ..errors import BrwsimError
 
+# Jensen's inequality mu_2 >= mu^2 holds exactly, but mu and mu_2 are means of float32 sums over a vocabulary
+# (a law's or a model's log-probabilities): each carries a relative rounding error of a few float32 eps (measured:
+# up to 5 eps on uniform rows of V = 2 to 10^7, where the two sides are equal), so mu_2 may sit a few eps below mu^2.
+# A violation within 64 float32 eps of mu^2 is rounding; anything beyond is refused.
+JENSEN_RTOL = 64 * float(np.finfo(np.float32).eps)
+JENSEN_ATOL = 1e-12  # at mu = 0 (zero entropy) mu_2 is 0 up to a float's sign and the smallest rounding
+EPS64 = float(np.finfo(np.float64).eps)
+
 
 def _check(P, mu, mu2):
     if isinstance(P, bool) or not isinstance(P, (int, float, np.integer, np.floating)):
@@ -27,7 +35,7 @@ def _check(P, mu, mu2):
         raise BrwsimError(f"mu and mu_2 must be finite, got mu={mu!r}, mu_2={mu2!r}")
     if mu < 0:
         raise BrwsimError(f"mu must be >= 0 (an entropy; 0 only for a zero-entropy law), got {mu!r}")
-    if mu2 < mu * mu * (1 - 1e-9) - 1e-12:
+    if mu2 < mu * mu * (1 - JENSEN_RTOL) - JENSEN_ATOL:
         raise BrwsimError(f"mu_2 must be >= mu^2 (Jensen), got mu={mu!r}, mu_2={mu2!r}")
     return float(P), mu, mu2
 
@@ -40,7 +48,7 @@ def theorem1_leading(P: float, mu: float, mu2: float) -> float:
     (mu = 0) gives +inf. Raises BrwsimError for P < 1, mu < 0, mu_2 < mu^2.
     """
     P, mu, mu2 = _check(P, mu, mu2)
-    if mu == 0:
+    if mu * mu == 0:  # mu = 0, or so small (below 1e-154) that mu^2 underflows: the zero-entropy limit
         return math.inf
     return (mu + mu2) * math.log(P) / (mu * mu)
 
@@ -50,7 +58,9 @@ def renewal_formula(P: float, mu: float, mu2: float) -> float:
     P, mu, mu2 = _check(P, mu, mu2)
     if mu == 0 or mu * P < 1:
         return math.inf
-    return (math.log(mu * P) + 1) / mu + mu2 / (mu * mu) - 1
+    a, b = (math.log(mu * P) + 1) / mu, mu2 / (mu * mu)
+    # rounded outward: each of the few float64 operations errs by at most eps of its result
+    return float(np.nextafter(a + b - 1 + 8 * EPS64 * (abs(a) + b + 1), math.inf))
 
 
 def renewal(P: float, mu: float, mu2: float) -> float:
@@ -70,7 +80,7 @@ def asymptotic(P: float, mu: float, mu2: float) -> float:
     i.i.d. non-lattice laws, P -> infinity; not a bound. +inf for mu = 0.
     """
     P, mu, mu2 = _check(P, mu, mu2)
-    if mu == 0:
+    if mu * mu == 0:  # mu = 0, or so small that mu^2 underflows: the zero-entropy limit
         return math.inf
     return math.log(mu * P) / mu + mu2 / (2 * mu * mu) - 1
 
