@@ -402,3 +402,23 @@ def test_prompts_measured_together_give_the_numbers_of_one_at_a_time(tiny):
     alone = [measure(p) for p in prompts]
     for width in (2, 3):
         assert same(alone, run_concurrently([lambda p=p: measure(p) for p in prompts], width))
+
+
+def test_summary_check_names_its_builders_and_the_fixed_value():
+    """The pooled direct check says whose trees it speculated on (each prompt's best builder) and gives the fixed
+    builder's mean value at the same P beside it, in the JSON and in the printed table."""
+    import io
+
+    from brwsim.llm.drafters._measure import DraftedPrompt, PromptCheck
+    from brwsim.llm.drafters._report import print_drafters, summarize_drafter_task
+
+    values = {"topq": np.linspace(0.1, 1.0, 8), "eagle": np.linspace(0.2, 1.1, 8)}
+    check = PromptCheck("eagle", 4, 10, 1.0, 0.1, 1.05, 0.1)
+    res = [DraftedPrompt("d", values, None, None, None, check, 3) for _ in range(3)]
+    d = summarize_drafter_task(res, [np.linspace(0.3, 1.5, 8)] * 3, [1, 2, 4, 8], {}).to_dict()
+    assert d["check"]["builders"] == ["eagle"] and d["check"]["fixed_builder"] == "topq"
+    assert d["check"]["fixed_value"] == pytest.approx(values["topq"][3])
+    out = io.StringIO()
+    print_drafters({"results": [{"P": P, "mean": 1.0} for P in (1, 2, 4, 8)], "drafters": [d]}, out)
+    text = out.getvalue()
+    assert "each prompt's best builder: eagle" in text and "fixed builder (topq) at P = 4: 0.486" in text
