@@ -21,6 +21,7 @@ others.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import hashlib
@@ -37,7 +38,6 @@ from .errors import BrwsimError
 
 FORMAT = 2
 PACKAGE = Path(__file__).resolve().parent
-NOT_CODE = ("llm", "cli", "reproduce.py", "__pycache__")  # parts of the package that never change a tree's value
 
 
 def _umask() -> int:
@@ -46,16 +46,52 @@ def _umask() -> int:
     return mask
 
 
+# the modules behind a tree's value (with every brwsim module they import), the driver that adds the values
+# up, and the C++ kernel: their sources are the code version of a checkpoint; the bounds, the command line and
+# the real-model side are not in it
+TREE_CODE = ("tree", "oracle", "drafters", "laws", "_keys", "_stats", "_lowering", "_devices")
+DRIVER = "estimate.py"
+
+
+def _module_file(name: str) -> Path | None:
+    p = PACKAGE.joinpath(*name.split(".")[1:])
+    for f in (p.with_suffix(".py"), p / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The brwsim modules the module ``name`` (file ``path``) imports, anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("brwsim.")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base.startswith("brwsim"):
+                out |= {f"{base}.{a.name}" if _module_file(f"{base}.{a.name}") else base for a in node.names}
+    return out
+
+
 @functools.cache
 def code_version() -> str:
-    """A hash of the code behind a run's numbers: the package's sources (but the command line, the real-model
-    side and the reproduction scripts), the C++ kernel's source, and the JAX, jaxlib and NumPy versions."""
+    """A hash of the code behind a tree's value: the sources of :data:`TREE_CODE` and of every brwsim module
+    they import, of :data:`DRIVER`, the C++ kernel's source, and the JAX, jaxlib and NumPy versions."""
     h = hashlib.sha256(f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpy {np.__version__}".encode())
-    files = [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.cc")]
-    for p in sorted(files):
-        rel = p.relative_to(PACKAGE)
-        if not set(rel.parts) & set(NOT_CODE):
-            h.update(f"\0{rel.as_posix()}\0".encode() + p.read_bytes())
+    todo, files = [f"brwsim.{m}" for m in TREE_CODE], {}
+    while todo:
+        name = todo.pop()
+        path = _module_file(name)
+        if path is not None and name not in files:
+            files[name] = path
+            todo += sorted(_imports(name, path))
+    for p in sorted({*files.values(), PACKAGE / DRIVER, *PACKAGE.rglob("*.cc")}):
+        h.update(f"\0{p.relative_to(PACKAGE).as_posix()}\0".encode() + p.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -39,6 +39,7 @@ _RUN = {
     "heartbeat": HEARTBEAT_S,
     "join": JOIN_S,
     "joined": False,
+    "coordinator": None,
 }  # what a fault report says
 
 
@@ -79,8 +80,20 @@ def _failed_process(message: str) -> str:
     return _name(0)  # this process lost the coordination service itself
 
 
-def _not_joined() -> tuple[str, str]:
-    n, me = _RUN["n"], _RUN["me"]
+def _run_name() -> str:
+    """``the 2-process run``, or ``the multi-process run`` while the count is unknown (``--distributed auto``)."""
+    n = _RUN["n"]
+    return f"the {n}-process run" if isinstance(n, int) else "the multi-process run"
+
+
+def _not_joined(report: str = "") -> tuple[str, str]:
+    n, me, at = _RUN["n"], _RUN["me"], _RUN["coordinator"]
+    if "Failed to add port" in report or not isinstance(n, int) or n < 2:  # nobody else to wait for
+        where = f" on {at}" if at else ""
+        return f"process {me}", (
+            f"could not start the run's coordination service{where} (is the port in use by another program? "
+            "choose another --coordinator port)"
+        )
     if me == 0:
         who = "process 1" if n == 2 else f"one of processes 1-{n - 1}"
     else:
@@ -95,17 +108,17 @@ def fault_line(report: str, told: dict | None = None) -> str:
     if "joined" in told:
         n, me = told["joined"].split()
         _RUN.update(n=int(n), me=int(me), joined=True)
-    n, hb = _RUN["n"], _RUN["heartbeat"]
+    hb = _RUN["heartbeat"]
     if report.startswith("this process was ended by"):
         who, what = f"process {_RUN['me']}", report.removeprefix("this process ")
     elif "RegisterTask" in report or not _RUN["joined"]:
-        who, what = _not_joined()
+        who, what = _not_joined(report)
     else:
         who = _failed_process(report)
         what = "stopped sending heartbeats" if "heartbeat" in report else "is unreachable or failed"
         what += f" (detected within about {2 * hb} s)"
     done = told.get("finished") or _RUN["finished"] or "nothing was finished"
-    return f"brwsim: error: {who} of the {n}-process run {what}; process {_RUN['me']} stops: {done}"
+    return f"brwsim: error: {who} of {_run_name()} {what}; process {_RUN['me']} stops: {done}"
 
 
 def _initialize(coordinator, num_processes, process_id, timeout: int, heartbeat: int) -> None:
@@ -161,21 +174,35 @@ def start(
         if process_id >= num_processes:
             raise BrwsimError(f"process-id must be below num-processes ({num_processes}), got {process_id}")
     _RUN.update(
-        n=num_processes or "?", me=process_id if process_id is not None else "?", heartbeat=heartbeat, join=timeout
+        n=num_processes or "?",
+        me=process_id if process_id is not None else "?",
+        heartbeat=heartbeat,
+        join=timeout,
+        coordinator=coordinator,
     )
     if supervise if supervise is not None else not _interactive():
         _supervise.supervise(fault_line)
     try:
         _initialize(coordinator, num_processes, process_id, timeout, heartbeat)
     except (RuntimeError, ValueError, TypeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BrwsimError(
-            f"could not join the {_RUN['n']}-process run at {coordinator} within {timeout} s "
-            f"(is every process started, with the same --coordinator?): {first[:200]}"
-        ) from None
+        raise _join_failed(e, auto, coordinator, timeout) from None
     _RUN.update(n=jax.process_count(), me=jax.process_index(), joined=True)
     _supervise.tell("joined", f"{_RUN['n']} {_RUN['me']}")
     return True
+
+
+def _join_failed(e: Exception, auto: bool, coordinator, timeout: int) -> BrwsimError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if auto:
+        return BrwsimError(
+            f"--distributed auto could not join a multi-process run within {timeout} s: JAX found no cluster "
+            "it knows (SLURM, Open MPI, Kubernetes, Cloud TPU) or could not reach it; elsewhere give "
+            f"--coordinator HOST:PORT, --num-processes N and --process-id I ({first[:200]})"
+        )
+    return BrwsimError(
+        f"could not join {_run_name()} at {coordinator} within {timeout} s "
+        f"(is every process started, with the same --coordinator?): {first[:200]}"
+    )
 
 
 def _interactive() -> bool:
@@ -188,6 +215,11 @@ def note_finished(text: str | None) -> None:
     _RUN["finished"] = text
     if text and count() > 1:
         _supervise.tell("finished", text)
+
+
+def several() -> bool:
+    """True once this process has joined a run of several processes (:func:`start`)."""
+    return bool(_RUN["joined"]) and isinstance(_RUN["n"], int) and _RUN["n"] > 1
 
 
 _ALONE = [0]  # > 0 inside alone(): this process works by itself

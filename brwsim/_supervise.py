@@ -22,12 +22,16 @@ import select
 import signal
 import sys
 
+from . import _interrupts as interrupts
+
 FAULT_EXIT = 3  # exit status of a process whose run failed (another process died, or the coordinator)
 # the runtime's failure report: a log line of the coordination service (warning, error, fatal), a C++ terminate
 _REPORT = re.compile(
-    rb"^([WEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S*(coordination|client\.h|distributed|preemption)\S*:\d+\]"
+    rb"^([WEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S*(coordination|client\.h|distributed|preemption|add_port)\S*:\d+\]"
     rb"|terminate called|\*\*\* (Check failure|SIGABRT|SIGSEGV))"
 )
+# the CPU collectives' note of each connection (native code, on stdout, which the worker sends to stderr)
+_CHATTER = re.compile(rb"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
 _MAYBE_REPORT = re.compile(rb"^([WEF]\d*( [\d:.]*( +\d*( \S*)?)?)?|t[a-z ]*|\*[* A-Za-z]*)$")
 _NOTE = {"fd": None}
 
@@ -72,6 +76,7 @@ def supervise(describe) -> None:
         os.dup2(err_w, 2)
         os.close(err_w)
         _NOTE["fd"] = note_w
+        interrupts.once()  # a Ctrl-C may come twice: straight from the terminal, and passed on by the launcher
         return
     os.close(err_w)
     os.close(note_w)
@@ -87,8 +92,9 @@ def _forward(signum, _frame, pid=None):
 
 def _watch(pid: int, err_r: int, note_r: int, describe) -> int:
     """Pass the child's stderr on until the runtime's report; the child's exit status, or the fault line's."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the child too: it stops cleanly
-    for s in (signal.SIGTERM, signal.SIGHUP):
+    # Ctrl-C, SIGTERM and SIGHUP sent to the launcher go to the child, which stops cleanly (a terminal's
+    # Ctrl-C reaches it twice, directly and through here: it heeds the first)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, lambda n, f: _forward(n, f, pid))
     report, told, pending, notes = [], {}, b"", b""
     open_fds = {err_r, note_r}
@@ -122,11 +128,14 @@ def _pass_on(data: bytes, report: list) -> bytes:
     *lines, rest = data.split(b"\n")
     out = []
     for line in lines:
+        if _CHATTER.match(line):
+            continue
         if report or _REPORT.match(line):
             report.append(line)
         else:
             out.append(line + b"\n")
-    if rest and not report and not _MAYBE_REPORT.match(rest):  # e.g. a progress bar's \r updates
+    if rest and not report and not _MAYBE_REPORT.match(rest) and not rest.startswith(b"[Gloo]"[: len(rest)]):
+        # e.g. a progress bar's \r updates (a note of the collectives may come in two writes: kept whole)
         out.append(rest)
         rest = b""
     if out:

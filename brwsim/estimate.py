@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from . import _interrupts as interrupts
 from . import _processes as processes
 from ._checkpoint import Checkpoint, code_version, content_digest
 from ._devices import available_memory, default_devices, resolve_devices
@@ -282,26 +283,44 @@ def _collect(sums: _Sums, run: _Run, progress) -> None:
     round; every process adds every segment in tree order, so the running sums are those of one process, bit
     for bit). After each round the sums go to the checkpoint, if any; a rerun resumes after the last one."""
     n, r, trees = processes.count(), processes.index(), run.trees
-    first = _resume(sums, run)
-    processes.note_finished(_finished(sums, run))
-    seg = min(RunningStat.BLOCK, run.round_trees, max(1, -(-trees // n)))
-    total = trees * (1 if run.d.nested else len(run.P_list))
-    with _progress(total, f"{run.d.text} P={run.P_list[-1]}", progress) as bar:
-        bar.update(first * (1 if run.d.nested else len(run.P_list)))
-        for start in range(first, trees, seg * n):
-            lo = min(trees, start + r * seg)
-            hi = min(trees, lo + seg)
-            if n == 1:  # add batch by batch: an interrupt keeps the finished batches
-                for cols, v, acc in run.values(lo, hi, seg):
-                    sums.add(cols, v, acc)
-                    bar.update(v.shape[0] if cols else 0)
-            else:
-                mine = list(run.values(lo, hi, seg)) if hi > lo else []
-                for part in processes.gather(mine):
-                    for cols, v, acc in part:
+    with interrupts.deferred(n > 1):  # several processes: a signal stops them all after the same round
+        first = _resume(sums, run)
+        processes.note_finished(_finished(sums, run))
+        seg = min(RunningStat.BLOCK, run.round_trees, max(1, -(-trees // n)))
+        total = trees * (1 if run.d.nested else len(run.P_list))
+        with _progress(total, f"{run.d.text} P={run.P_list[-1]}", progress) as bar:
+            bar.update(first * (1 if run.d.nested else len(run.P_list)))
+            for start in range(first, trees, seg * n):
+                lo = min(trees, start + r * seg)
+                hi = min(trees, lo + seg)
+                stop = None
+                if n == 1:  # add batch by batch: an interrupt keeps the finished batches
+                    for cols, v, acc in run.values(lo, hi, seg):
                         sums.add(cols, v, acc)
                         bar.update(v.shape[0] if cols else 0)
-            _save(sums, run, min(trees, start + seg * n))
+                else:
+                    stop = _shared_round(sums, run, lo, hi, seg, bar)
+                _save(sums, run, min(trees, start + seg * n))
+                if stop is not None:
+                    interrupts.agree(*stop)
+                    raise KeyboardInterrupt
+
+
+def _shared_round(sums: _Sums, run: _Run, lo: int, hi: int, seg: int, bar):
+    """This process's segment (trees lo .. hi - 1), exchanged with the others' and every segment added in
+    process order; ``(process, signal)`` of the first process that got an interrupting signal, else None."""
+    mine = list(run.values(lo, hi, seg)) if hi > lo else []
+    if interrupts.received() is not None:  # told with the segment: every process stops after this round
+        mine.append((None, (processes.index(), interrupts.received()), None))
+    stop = None
+    for part in processes.gather(mine):
+        for cols, v, acc in part:
+            if cols is None:
+                stop = stop or v
+                continue
+            sums.add(cols, v, acc)
+            bar.update(v.shape[0] if cols else 0)
+    return stop
 
 
 def _draft_info(key, d, law, dlaw) -> dict:

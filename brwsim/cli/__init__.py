@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 
+from .. import _interrupts as interrupts
 from .. import _processes as processes
 from .._cache import enable_compilation_cache
 from .._devices import one_cpu_device_per_core, shape_independent_numerics
@@ -65,6 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     one_cpu_device_per_core()
     shape_independent_numerics()
     args = build_parser().parse_args(argv)
+    with interrupts.installed():  # SIGTERM and SIGHUP stop a command as Ctrl-C does
+        code = _run(args)
+        if interrupts.received() is not None:
+            code = interrupts.exit_status() if code in (0, 130) else code  # never 0 after a signal
+            if processes.several() and not interrupts.agreed():
+                # this process stopped alone: JAX's exit would wait for the others, which wait for it; they
+                # stop when it is gone, as after a fault
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+    return code
+
+
+def _run(args) -> int:
     try:
         enable_compilation_cache()  # a second call of the command does not compile again
         processes.start(
@@ -75,14 +90,17 @@ def main(argv: list[str] | None = None) -> int:
             timeout=args.join_timeout,
             heartbeat=args.heartbeat_timeout,
         )
+        interrupts.install()  # again: JAX's distributed runtime sets a SIGTERM handler that swallows the signal
         with unrolled_threefry(), _quiet_unless_main():  # the whole run: same random bits, faster on CPU
             return args.func(args)
     except BrwsimError as e:
         sys.stderr.write(f"brwsim: error: {e}\n")
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write("brwsim: interrupted before anything finished\n")
-        return 130
+        sig = interrupts.received()
+        sys.stderr.write(f"brwsim: interrupted{'' if sig is None else ' by ' + interrupts.name(sig)} before "
+                         "anything finished\n")  # fmt: skip
+        return interrupts.exit_status()
 
 
 __all__ = ["build_parser", "main"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from .. import _interrupts as interrupts
 from ..estimate import simulate
 from ._args import P_list
 from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header, strict_json
@@ -66,11 +67,20 @@ def _cmd(args) -> int:
             else "; run with --checkpoint DIR to keep finished rounds for a rerun"
         )
         sys.stderr.write(
-            f"brwsim: interrupted after {res.trees} of {res.trees_requested} trees: the estimates above use the "
-            f"finished trees; no bounds were computed{kept}\n"
+            f"brwsim: interrupted{interrupted_by()} after {res.trees} of {res.trees_requested} trees: the estimates "
+            f"above use the finished trees; no bounds were computed{kept}\n"
         )
-        return 130
+        return interrupts.exit_status()
     return 0
+
+
+def interrupted_by() -> str:
+    """`` by SIGTERM`` (and `` to process 1`` in a multi-process run stopped by another process's signal)."""
+    sig = interrupts.received()
+    if sig is None:
+        return ""
+    by = interrupts.by()
+    return f" by {interrupts.name(sig)}" + ("" if by is None else f" (sent to process {by})")
 
 
 def add_parser(sub) -> None:

@@ -1,0 +1,150 @@
+"""SIGTERM and SIGHUP stop `simulate` as Ctrl-C does: the finished trees printed, one line, exit 143 / 129; a
+signal to any process of a multi-process run (or to its launcher) stops every process after the same round."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+from test_processes import BROKEN, TIMEOUT, _env, _wait_for_checkpoint, start_processes
+
+from brwsim import _interrupts as interrupts
+
+# rounds of 2000 trees: a round is kept within seconds, and the run would take hours
+ONE = ["simulate", "--law", "fixed:probs=0.5/0.5", "--P", "4", "--trees", "4000000000", "--batch", "2000",
+       "--round-trees", "2000", "--json"]  # fmt: skip
+# 2 processes, rounds of 2 x 500 trees, 200 rounds: a signal comes long before the end
+MANY = ["--heartbeat-timeout", "60", "simulate", "--law", "dirichlet:V=30,alpha=0.2", "--P", "1,8", "--trees",
+        "200000", "--seed", "3", "--round-trees", "500", "--json"]  # fmt: skip
+
+
+def _interrupted(out: str, err: str, sig: signal.Signals, by: str = "") -> dict:
+    """The JSON of the finished trees on stdout, and one line on stderr naming the signal."""
+    d = json.loads(out)
+    assert d["interrupted"] is True and 0 < d["trees"] < d["trees_requested"], out[:2000]
+    assert all(r["mean"] > 0 for r in d["results"]) and "kinds" not in d
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"brwsim: interrupted by {sig.name}{by} after "), err[-3000:]
+    assert f"after {d['trees']} of {d['trees_requested']} trees" in lines[0]
+    return d
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_print_the_finished_trees(processes, tmp_path, sig, status):
+    proc = processes.start([sys.executable, "-m", "brwsim", *ONE, "--checkpoint", str(tmp_path)], env=_env())
+    _wait_for_checkpoint(tmp_path, [proc])
+    proc.send_signal(sig)
+    rc, out, err = processes.finish(proc, BROKEN)
+    assert rc == status, err[-3000:]
+    _interrupted(out, err, sig)
+    assert "rerun the same command to resume" in err and str(tmp_path) in err
+
+
+@pytest.mark.parametrize(
+    "case,sig,status",
+    [("Ctrl-C to process 0", signal.SIGINT, 130), ("SIGTERM to the launcher of process 1", signal.SIGTERM, 143)],
+)
+def test_a_signal_to_one_process_stops_every_process_after_one_round(processes, tmp_path, case, sig, status):
+    procs = start_processes(processes, 2, [*MANY, "--checkpoint", str(tmp_path)])
+    end = time.monotonic() + TIMEOUT
+    while not list(tmp_path.glob("simulate-*.npz")) and time.monotonic() < end:  # the first round kept
+        for i, p in enumerate(procs):
+            if p.poll() is not None:
+                rc, out, err = processes.finish(p, 10)
+                pytest.fail(f"process {i} ended before its first round (status {rc}): {err[-3000:]}")
+        time.sleep(0.05)
+    target = 0 if "process 0" in case else 1
+    t0 = time.monotonic()
+    if case.startswith("Ctrl-C"):  # a terminal's Ctrl-C: the process group, launcher and worker
+        os.killpg(procs[target].pid, sig)
+    else:  # the launcher alone (e.g. a scheduler's SIGTERM): it passes the signal on
+        os.kill(procs[target].pid, sig)
+    runs = [processes.finish(p, BROKEN) for p in procs]
+    assert time.monotonic() - t0 < BROKEN  # measured: 3.3-3.7 s, one round of 500 trees a process
+    for rc, _, err in runs:
+        assert rc == status, err[-3000:]
+    d = _interrupted(runs[0][1], runs[0][2], sig, f" (sent to process {target})")
+    assert not runs[1][1].strip() and runs[1][2] == runs[0][2]  # process 1 prints no JSON, the same line
+    assert d["trees"] % 1000 == 0  # whole rounds of 2 x 500 trees, the same on both processes
+
+
+def test_the_handlers_raise_note_and_are_put_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with interrupts.installed():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)  # the handler runs at once; the sleep is cut short
+        assert interrupts.received() == signal.SIGHUP and interrupts.exit_status() == 129
+    assert signal.getsignal(signal.SIGTERM) is before and interrupts.received() is None
+    with interrupts.installed():
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts.deferred():  # inside a shared round a signal is only noted ...
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                assert interrupts.received() == signal.SIGTERM  # ... the first one counts ...
+        assert interrupts.exit_status() == 143  # ... and it raises when the round ends, unless all agreed to stop
+    with interrupts.installed():
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            interrupts.agree(1, signal.SIGTERM)  # every process stops: process 1's signal came first in order
+        assert interrupts.exit_status() == 130 and interrupts.by() == 1 and interrupts.agreed()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# -- the one line of a process fault: no [Gloo] notes around it, no garbled counts or addresses
+
+
+def test_the_collectives_notes_never_reach_stderr_even_in_two_writes(capfd):
+    from brwsim import _supervise
+
+    report = []
+    rest = _supervise._pass_on(b"result line\n[Gloo] Rank 1 is connected to 1 pe", report)
+    assert rest == b"[Gloo] Rank 1 is connected to 1 pe"  # held back: it may be a note
+    assert _supervise._pass_on(rest + b"er ranks. Expected number of connected peer ranks is : 1\n", report) == b""
+    assert _supervise._pass_on(b"[Gl", report) == b"[Gl" and _supervise._pass_on(b"50%|#####", report) == b""
+    assert capfd.readouterr().err == "result line\n50%|#####" and not report
+
+
+@pytest.mark.parametrize(
+    "run,needle",
+    [
+        ({"n": 1, "me": 0, "coordinator": "127.0.0.1:5"}, "process 0 of the 1-process run could not start the run's "
+         "coordination service on 127.0.0.1:5 (is the port in use by another program? choose another --coordinator "
+         "port); process 0 stops: nothing was finished"),
+        ({"n": "?", "me": "?", "coordinator": None}, "process ? of the multi-process run could not start the run's "
+         "coordination service (is the port"),
+        ({"n": 3, "me": 0, "coordinator": "h:1"},
+         "one of processes 1-2 of the 3-process run did not join within 120 s"),
+    ],
+)  # fmt: skip
+def test_fault_lines_name_the_run_as_it_is(monkeypatch, run, needle):
+    from brwsim import _processes
+
+    for k, v in (run | {"joined": False, "finished": None, "join": 120}).items():
+        monkeypatch.setitem(_processes._RUN, k, v)
+    line = _processes.fault_line("E1128 03:29:29.001333   30161 coordination_service.cc:1] lost")
+    assert needle in line and line.startswith("brwsim: error: ") and "None" not in line and "1-0" not in line
+
+
+def test_distributed_auto_outside_a_cluster_names_no_address(monkeypatch):
+    from brwsim import _processes
+    from brwsim.errors import BrwsimError
+
+    def fail(*args):
+        raise RuntimeError("coordinator_address should be defined.")
+
+    monkeypatch.setattr(_processes, "_initialize", fail)
+    for k in ("n", "me", "coordinator"):
+        monkeypatch.setitem(_processes._RUN, k, _processes._RUN[k])
+    with pytest.raises(BrwsimError) as e:
+        _processes.start(auto=True, timeout=5, supervise=False)
+    msg = str(e.value)
+    assert msg.startswith("--distributed auto could not join a multi-process run within 5 s") and "None" not in msg
+    assert "give --coordinator HOST:PORT, --num-processes N and --process-id I" in msg
