@@ -278,3 +278,17 @@ def test_the_quick_heads_footprint_and_its_pass_timed_against_the_target(tmp_pat
     dc = measure_draft_cost(head, target, context=8, repeats=3)
     assert dc.kind == "measured" and dc.repeats == 3 and dc.t_pass > 0 and dc.t_step > 0
     assert dc.fraction > 0 and dc.t_pass_ci95 is not None and "of the target's step" in dc.label
+
+
+def test_plan_law_grows_its_grid_past_the_given_budgets(capsys):
+    # ridge at P + 1 = flops * 2 / (2 bw) = 8: t_verify flat up to P = 7, then linear; the fixed law's E[X] is exact
+    argv = ["--law", "fixed:probs=0.6/0.3/0.1", "--hardware", "custom:bw=1e12,flops=8e12", "--params", "1e9",
+            "--P", "1,2", "--trees", "4", "--json"]  # fmt: skip
+    code, out = _plan(capsys, *argv)
+    t = json.loads(out.out)["tables"][0]
+    Ps = [r["P"] for r in t["rows"]]
+    assert code == 0 and Ps[:3] == [0, 1, 2] and Ps[3:] == [2 ** (i + 2) for i in range(len(Ps) - 3)]
+    best = max(t["rows"], key=lambda r: r["speedup"])["P"]
+    assert (
+        t["best"]["P"] == best and 2 < best < Ps[-1] and not t["best"]["at_edge"] and t["best"]["text"] == f"P = {best}"
+    )
