@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.util
 import json
 
@@ -112,3 +113,21 @@ def test_development_prompts_are_never_scored():
     assert [p.task for p in load_dev_prompts("code,chat", 1)] == ["humaneval", "sharegpt"]
     with pytest.raises(BrwsimError, match="no development prompts"):
         dev_prompts("mtbench")
+
+
+def test_the_chat_heads_config_names_its_data_rule():
+    from brwsim.llm.drafters import eagle_head
+
+    chat = eagle_head.config_from(False, corpus="sharegpt")
+    assert chat.to_dict()["data_version"] == eagle_head._config.DATA_VERSION == 2
+    with pytest.raises(BrwsimError, match="data_version"):
+        eagle_head.config_from(False, corpus="sharegpt", data_version=1)
+    extra = {"data": {"train_sha256": "x"}}
+
+    def key(config: dict) -> str:
+        blob = json.dumps({"format": eagle_head._config.FORMAT, "config": config, **extra}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    # the standard-library heads keep their keys (the rule picks ShareGPT chunks only); the chat head's key has it
+    std = {k: v for k, v in eagle_head.FULL.to_dict().items() if k not in ("corpus", "data_version")}
+    assert eagle_head.FULL.key(extra) == key(std) and chat.key(extra) == key(chat.to_dict())

@@ -9,6 +9,7 @@ import json
 from ....errors import BrwsimError
 
 FORMAT = "brwsim-eagle-head-v1"
+DATA_VERSION = 2  # the ShareGPT chunk rule (brwsim.llm.sources._sharegpt); 1 split by chunk, now unreproducible
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,14 +19,17 @@ class HeadConfig:
     Data: ``train_chunks`` (``heldout_chunks``) windows of ``seq_len`` tokens from the
     ``corpus``: ``"stdlib"``, the Python standard library's ``.py`` files (docs/drafters.md,
     "A trained draft head"), or ``"sharegpt"``, ShareGPT conversations of the training
-    split (never the evaluation split the chat prompts come from); at most
-    ``chunks_per_file`` from one file or conversation. Training: ``steps`` AdamW steps
+    split (no chunk of a conversation the chat prompts come from); at most
+    ``chunks_per_file`` from one file or chunk. Training: ``steps`` AdamW steps
     of ``batch`` windows, learning rate ``lr`` (linear warm-up over
     ``warmup`` steps, cosine decay), loss = ``w_feat`` * smooth-L1(feature) +
     ``w_kl`` * cross-entropy against the target's next-token distribution,
     summed over ``unroll`` drafting depths (depth 2 and beyond read the head's
     own predicted features, as at drafting time), ``noise`` = relative std of
-    the Gaussian noise added to the target's features during training.
+    the Gaussian noise added to the target's features during training. ``data_version``:
+    the rule that picks the ShareGPT chunks (2: no chunk of a conversation with an
+    evaluation chunk, none repeating an evaluation prompt); a chat head's config, and so
+    every result cached under it, changes with the rule.
     """
 
     seq_len: int = 128
@@ -43,6 +47,7 @@ class HeadConfig:
     noise: float = 0.05
     seed: int = 0
     corpus: str = "stdlib"
+    data_version: int = DATA_VERSION
 
     def __post_init__(self):
         ints = ("seq_len", "train_chunks", "heldout_chunks", "chunks_per_file", "steps", "batch", "unroll", "topk")
@@ -62,6 +67,8 @@ class HeadConfig:
             raise BrwsimError(f"eagle head config: warmup must be an integer >= 0, got {self.warmup!r}")
         if self.corpus not in ("stdlib", "sharegpt"):
             raise BrwsimError(f"eagle head config: corpus must be 'stdlib' or 'sharegpt', got {self.corpus!r}")
+        if self.data_version != DATA_VERSION:
+            raise BrwsimError(f"eagle head config: data_version must be {DATA_VERSION}, got {self.data_version!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise BrwsimError(f"eagle head config: seed must be an integer, got {self.seed!r}")
 
@@ -72,7 +79,7 @@ class HeadConfig:
         """Cache key: a hash of the config, the seed and the data/target description ``extra``."""
         config = self.to_dict()
         if config["corpus"] == "stdlib":  # the first corpus: heads trained before the option keep their keys
-            del config["corpus"]
+            del config["corpus"], config["data_version"]  # (the rule picks ShareGPT chunks only)
         blob = json.dumps({"format": FORMAT, "config": config, **extra}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
