@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 
+import numpy as np
 import pytest
 
 from brwsim.errors import BrwsimError
@@ -131,3 +132,29 @@ def test_the_chat_heads_config_names_its_data_rule():
     # the standard-library heads keep their keys (the rule picks ShareGPT chunks only); the chat head's key has it
     std = {k: v for k, v in eagle_head.FULL.to_dict().items() if k not in ("corpus", "data_version")}
     assert eagle_head.FULL.key(extra) == key(std) and chat.key(extra) == key(chat.to_dict())
+
+
+def _tool(name):
+    spec = importlib.util.spec_from_file_location(name, f"tools/{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_depth_report_bins_the_walk_kl_and_the_loss():
+    depth = _tool("eagle_head_depth")
+    nan = float("nan")
+    # two walks of 14 tokens; p's surprisal 1 everywhere, q's 1 + 0.1 * depth (so KL at depth d is 0.1 d)
+    xi = [[1.0] * 14, [1.0] * 13 + [nan]]
+    xq = [[1.0 + 0.1 * (d + 1) for d in range(14)] for _ in range(2)]
+    point = {"task": "humaneval", "xi": xi, "drafters": [{"name": "h", "xi_q": xq}, {"name": "lookup", "xi_q": None}]}
+    other = {"task": "humaneval", "xi": xi, "drafters": [{"name": "h", "xi_q": [[x + 1 for x in w] for w in xq]}]}
+    res = depth.walk_kl([point, other])
+    assert list(res["humaneval"]) == ["h"] and res["humaneval"]["h"]["prompts"] == 2
+    bins = res["humaneval"]["h"]["bins"]
+    assert [b["depths"] for b in bins] == ["1", "2-4", "5-12", "13-32"]
+    want = [0.1, 0.3, 0.85, (1.3 + 1.4 + 1.3) / 3]  # the NaN after the second walk's end is left out
+    assert np.allclose([b["kl"] for b in bins], [w + 0.5 for w in want])  # mean of the two prompts (+0, +1)
+    assert all(b["kl_ci95"] > 0 for b in bins)
+    means = depth.loss_means([3.0] * 50 + [2.0] * 50 + [1.0] * 20)
+    assert [m["steps"] for m in means] == ["1-50", "51-100", "101-120"] and [m["mean"] for m in means] == [3, 2, 1]
