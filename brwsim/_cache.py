@@ -14,6 +14,7 @@ executable, hence the same numbers.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import jax
@@ -32,6 +33,59 @@ def user_cache_dir() -> Path:
     return Path(base) / "brwsim"
 
 
+def _probe(d: Path) -> str | None:
+    """None when a file can be created in the existing directory ``d``, else why not (the test is a real
+    file: permission bits say nothing to root, a read-only file system or a full disk)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".brwsim-probe-")
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    os.unlink(tmp)
+    return None
+
+
+def _existing_ancestor(p: Path) -> Path:
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a directory brwsim can write in (made later, on first use, when absent): an existing
+    directory, or a path whose nearest existing ancestor is a directory; checked by creating and removing a
+    file. A file in the way, a missing ancestor that is a file, or a directory that refuses writes is a one-line
+    :class:`BrwsimError` naming ``what`` (e.g. ``BRWSIM_OUT``, ``--save-pool``). Nothing is created."""
+    p = Path(os.path.expanduser(str(path)))
+    if p.exists() and not p.is_dir():
+        raise BrwsimError(f"{what} {str(path)!r} is a file, not a directory: give a directory")
+    base = _existing_ancestor(p.absolute())
+    if not base.is_dir():
+        raise BrwsimError(f"{what} {str(path)!r}: {base} is a file, so the directory cannot be made there")
+    why = _probe(base)
+    if why is not None:
+        raise BrwsimError(f"{what} {str(path)!r}: cannot write in {base} ({why}); give a writable directory")
+    return p
+
+
+def check_writable_file(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a file brwsim can write (replacing any file there): not a directory, its directory exists and
+    takes a new file. One-line :class:`BrwsimError` naming ``what`` (e.g. ``--record``) otherwise."""
+    p = Path(os.path.expanduser(str(path)))
+    if not str(path).strip():
+        raise BrwsimError(f"{what} needs a file name")
+    if p.is_dir():
+        raise BrwsimError(f"{what} {str(path)!r} is a directory: give a file name (e.g. {p / 'rows.npz'})")
+    parent = p.absolute().parent
+    if not parent.is_dir():
+        why = "is a file" if parent.exists() else "does not exist"
+        raise BrwsimError(f"{what} {str(path)!r}: its directory {parent} {why}; create it or give another path")
+    why = _probe(parent)
+    if why is not None:
+        raise BrwsimError(f"{what} {str(path)!r}: cannot write in {parent} ({why}); give a writable directory")
+    return p
+
+
 def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path | None:
     """Keep XLA's compiled programs on disk so that the next process does not compile them again.
 
@@ -47,9 +101,10 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path | No
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        env = "BRWSIM_XLA_CACHE" if where else "BRWSIM_CACHE (or BRWSIM_XLA_CACHE)"
         raise BrwsimError(
             f"cannot create the XLA compilation cache {d} ({e.strerror}); "
-            "set BRWSIM_XLA_CACHE to a writable directory, or to 'off'"
+            f"set {env} to a writable directory, or BRWSIM_XLA_CACHE to 'off'"
         ) from None
     jax.config.update("jax_compilation_cache_dir", str(d))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)

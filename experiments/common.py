@@ -52,13 +52,28 @@ BOUND_STYLES = {
 _MODE = {"quick": False}
 
 
+_CHECKED_ROOTS: dict[str, Path] = {}
+
+
+def check_out_root() -> Path:
+    """The output root (``$BRWSIM_OUT``, default the current directory), checked once per value to be a
+    directory this process can write in (or can make): a file, or a directory that refuses writes, is a
+    one-line :class:`brwsim.errors.BrwsimError` before any point is computed."""
+    from brwsim._cache import check_writable_dir
+
+    value = os.environ.get("BRWSIM_OUT") or "."
+    if value not in _CHECKED_ROOTS:
+        _CHECKED_ROOTS[value] = check_writable_dir(value, "BRWSIM_OUT")
+    return _CHECKED_ROOTS[value]
+
+
 def out_dirs() -> tuple[Path, Path]:
-    """(results dir, figures dir); override the root with BRWSIM_OUT.
+    """(results dir, figures dir); override the root with BRWSIM_OUT (checked: :func:`check_out_root`).
 
     ``--quick`` runs write below ``results/quick`` and ``figures/quick`` so that
     a first look never overwrites the committed full-size figures.
     """
-    root = Path(os.environ.get("BRWSIM_OUT", "."))
+    root = check_out_root()
     sub = Path("quick") if _MODE["quick"] else Path()
     return root / "results" / sub, root / "figures" / sub
 
@@ -67,6 +82,15 @@ class _Parser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):
         ns = super().parse_args(args, namespace)
         _MODE["quick"] = bool(getattr(ns, "quick", False))
+        from brwsim.errors import BrwsimError
+
+        try:
+            check_out_root()  # before any work
+        except BrwsimError as e:
+            if args is not None:  # called by a program (brwsim reproduce): its own one-line error
+                raise
+            sys.stderr.write(f"{self.prog}: error: {e}\n")
+            sys.exit(2)
         return ns
 
 

@@ -15,6 +15,7 @@ import os
 import time
 
 from .. import _processes as processes
+from .._cache import check_writable_dir, check_writable_file
 from .._stats import CONVENTION
 from ..errors import BrwsimError, check_P_list, check_positive_int
 from ..theory import MIN_SPINE_WALKS
@@ -31,11 +32,53 @@ from .drafters import (
 )
 from .measure import summarize_task
 from .results import RunResult, TaskResult, Timing
-from .sources import Recorder, check_temperature, load_prompts, load_source
-from .sources._hf import check_threads
+from .sources import Recorder, check_model, check_temperature, load_prompts, load_source
+from .sources._hf import check_max_prompt_tokens, check_threads
 from .sources._rounds import run_concurrently
 
 HELDOUT_TOKENS = 256  # held-out positions for each drafter's calibration (Sequoia's rates, held-out KL)
+DTYPES = ("float32", "fp32", "bfloat16", "bf16")
+
+
+def _valid_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_prompts(items: list, spec: str, walks: int = MIN_SPINE_WALKS) -> list:
+    """The prompts of ``--prompts spec``: at least one, every text, id and task valid Unicode (a lone surrogate
+    from a JSON escape such as ``\\ud800`` is not text a tokenizer takes), every task with enough prompts for
+    ``walks`` continuations each to give the bounds their walks; one-line errors."""
+    if not items:
+        raise BrwsimError(f"--prompts {spec!r} names no prompt: use humaneval, pydoc, sharegpt or a .jsonl file")
+    for p in items:
+        for field in ("text", "id", "task"):
+            if not _valid_text(getattr(p, field)):
+                raise BrwsimError(
+                    f"prompt {ascii(p.id)} of task {ascii(p.task)}: its {field} is not valid Unicode (a lone "
+                    "surrogate such as \\ud800): fix the prompt file"
+                )
+    counts: dict[str, int] = {}
+    for p in items:
+        counts[p.task] = counts.get(p.task, 0) + 1
+    for task, k in counts.items():
+        if k * walks < MIN_SPINE_WALKS:
+            raise BrwsimError(
+                f"task {task!r} has {k} prompt(s) x --walks {walks} = {k * walks} sampled continuations; the "
+                f"empirical bounds need at least {MIN_SPINE_WALKS}: raise --walks or give the task more prompts"
+            )
+    return items
+
+
+def check_encoded(source, items: list) -> None:
+    """Every prompt gives at least one token on ``source`` (a one-line error names the one that does not);
+    cheap: tokenizing, before any model pass."""
+    for p in items:
+        if not source.encode(p.text):
+            raise BrwsimError(f"prompt {ascii(p.id)} of task {ascii(p.task)} gives no token on {source.name}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +125,14 @@ class RunOptions:
         if drafters and self.record:
             raise BrwsimError("--record and --drafter cannot be combined (a saved-logits file holds target rows only)")
         check_threads(self.threads)
+        check_max_prompt_tokens(self.max_prompt_tokens)
+        if self.dtype not in DTYPES:
+            raise BrwsimError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
+        check_model(self.model)
+        if self.record is not None:
+            check_writable_file(self.record, "--record")
+        if self.save_pool is not None:
+            check_writable_dir(self.save_pool, "--save-pool")
         check_positive_int("check_samples", self.check_samples, 0)
         check_positive_int("check_P", self.check_P)
         check_positive_int("heldout_tokens", self.heldout_tokens, 2)
@@ -112,38 +163,52 @@ def open_drafters(source, specs, T: float, log=None, heldout_tokens: int = HELDO
     return drafters, cal
 
 
-def _measure(source, drafters, cal: list[Calibration | None], items, P_max, opts: RunOptions, log) -> dict:
-    """Per task: the prompts' (PromptResult, [DraftedPrompt]) in prompt order.
+def _measure(source, drafters, cal: list[Calibration | None], items, P_max, opts: RunOptions, log):
+    """(per task: the prompts' (PromptResult, [DraftedPrompt]) in prompt order; whether it was interrupted).
 
     ``opts.prompt_batch`` prompts are measured together, their model passes
     packed (:func:`brwsim.llm.sources._rounds.run_concurrently`). In a
     multi-process run every process measures every ``count()``-th prompt and
     the results are gathered: a prompt's result depends on the prompt and the
-    seed only, so the rows are those of one process.
+    seed only, so the rows are those of one process. A ``KeyboardInterrupt``
+    (Ctrl-C, SIGTERM, SIGHUP: :mod:`brwsim._interrupts`) in a one-process run
+    keeps the prompts that finished: the result is that of a run over them.
     """
     rates = [c.rates if c else None for c in cal]
     st = opts.settings()
     share = processes.share(list(enumerate(items)))
+    finished: dict[int, tuple] = {}
 
     def job(p):
         return lambda: measure_prompt_drafters(source, drafters, p, P_max, st, rates)
 
     def done(k, result):
         (i, p), r = share[k], result[0]
+        finished[k] = result
         if log:
             log(f"[{i + 1}/{len(items)}] {p.task} {p.id}: {r.n_tokens} prompt tokens, {r.seconds:.1f} s")
 
-    measured = run_concurrently([job(p) for _, p in share], opts.prompt_batch, done)
-    mine = [(i, r, drs) for (i, _), (r, drs) in zip(share, measured, strict=True)]
+    interrupted = False
+    try:
+        run_concurrently([job(p) for _, p in share], opts.prompt_batch, done)
+    except KeyboardInterrupt:
+        if processes.count() > 1 or not finished:
+            raise
+        interrupted = True
+    mine = [(share[k][0], *finished[k]) for k in sorted(finished)]
     by_task: dict[str, list] = {}
     for _, r, drs in sorted((x for part in processes.gather(mine) for x in part), key=lambda x: x[0]):
         by_task.setdefault(r.prompt.task, []).append((r, drs))
-    return by_task
+    return by_task, interrupted
 
 
 def _task(task: str, pairs: list, drafters, cal, opts: RunOptions) -> TaskResult:
     rs = [r for r, _ in pairs]
-    pool = os.path.join(opts.save_pool, f"{task}.npz") if opts.save_pool else None
+    if all(r.walks is not None for r in rs) and sum(r.walks.xi.shape[0] for r in rs) < MIN_SPINE_WALKS:
+        # an interrupted run's few prompts (a whole run is checked up front): the oracle only, no mu, mu_2,
+        # surrogate or bounds, as the spine needs MIN_SPINE_WALKS walks
+        rs = [dataclasses.replace(r, walks=None) for r in rs]
+    pool = os.path.join(opts.save_pool, f"{task}.npz") if opts.save_pool and rs[0].walks is not None else None
     if pool:
         os.makedirs(opts.save_pool, exist_ok=True)
     t = summarize_task(task, rs, list(opts.P), surrogate_trees=opts.trees, seed=opts.seed, pool_path=pool)
@@ -168,22 +233,27 @@ def run_llm(options: RunOptions | None = None, *, source=None, log=None, opened=
     ``source``: an already loaded target (else ``options.model`` is loaded); ``opened``: the drafters of
     ``options.drafters`` already opened on it (:func:`open_drafters`)."""
     opts = (dataclasses.replace(options, **kw) if options else RunOptions(**kw)).checked()
-    items = load_prompts(opts.prompts, opts.n)  # prompt errors before the slow model load
+    items = check_prompts(load_prompts(opts.prompts, opts.n), opts.prompts, opts.walks)  # before the slow model load
     t_all = time.perf_counter()
     if source is None:
         source = load_source(opts.model, device=opts.device, dtype=opts.dtype, threads=opts.threads,
                              max_prompt_tokens=opts.max_prompt_tokens)  # fmt: skip
+    check_encoded(source, items)
     inner = source
     recorder = source = Recorder(source) if opts.record else source
     f0, t0 = inner.forward_seconds, time.perf_counter()
     drafters, cal = opened or open_drafters(source, opts.drafters, opts.temperature, log, opts.heldout_tokens)
-    by_task = _measure(source, drafters, cal, items, max(opts.P), opts, log)
+    by_task, interrupted = _measure(source, drafters, cal, items, max(opts.P), opts, log)
     tasks = [_task(task, pairs, drafters, cal, opts) for task, pairs in by_task.items()]
     model_seconds = time.perf_counter() - t0
     if opts.record:
         recorder.save(opts.record)
     timing = _timing(inner, f0, model_seconds, t_all)
-    return RunResult(inner.name, int(inner.vocab_size), opts.to_dict(), tasks, timing)
+    settings = opts.to_dict()
+    if interrupted:
+        done = sum(t.prompts for t in tasks)
+        settings |= {"interrupted": True, "prompts_finished": done, "prompts_requested": len(items)}
+    return RunResult(inner.name, int(inner.vocab_size), settings, tasks, timing)
 
 
-__all__ = ["HELDOUT_TOKENS", "RunOptions", "open_drafters", "run_llm"]
+__all__ = ["HELDOUT_TOKENS", "RunOptions", "check_encoded", "check_prompts", "open_drafters", "run_llm"]

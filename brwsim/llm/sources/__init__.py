@@ -6,7 +6,8 @@
 - :mod:`._hf`: transformers causal LMs (KV-cache reuse, batched tree passes; GGUF files load through it).
 - :mod:`._file`: saved-logits files (:class:`FileSource`) and :class:`Recorder`.
 - :mod:`._temperature`: :class:`TempSource`, any source at temperature T.
-- :mod:`._models`: the named models (:data:`MODELS`) and :func:`load_source`.
+- :mod:`._models`: the named models (:data:`MODELS`), :func:`check_model` and :func:`load_source`.
+- :mod:`._check`: cheap checks of a model's files before it loads (:func:`check_model_files`, no torch).
 - :mod:`._prompts`: prompt sets (:data:`PROMPT_SETS`) and :func:`load_prompts`.
 
 A new source is a subclass of :class:`LogitsSource` (with its
@@ -17,8 +18,9 @@ A new source is a subclass of :class:`LogitsSource` (with its
 from __future__ import annotations
 
 from ._base import Context, LogitsSource, Tokenizes, TransformersModel, Walker, WrappedWalker, Wrapper
+from ._check import check_model_files, check_model_shapes
 from ._file import FILE_FORMAT, FileSource, Recorder, save_logits
-from ._models import MODELS, cache_dir, converted, load_source
+from ._models import MODELS, cache_dir, check_model, converted, load_source
 from ._prompts import SOURCES as PROMPT_SETS
 from ._prompts import Prompt, load_prompts
 from ._temperature import TempSource, check_temperature, temper
@@ -39,6 +41,9 @@ __all__ = [
     "WrappedWalker",
     "Wrapper",
     "cache_dir",
+    "check_model",
+    "check_model_files",
+    "check_model_shapes",
     "check_temperature",
     "converted",
     "load_prompts",

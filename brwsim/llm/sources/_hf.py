@@ -27,6 +27,7 @@ too. Other architectures take the path above, one prompt per pass.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from collections.abc import Sequence
 
@@ -71,12 +72,23 @@ def torch_device(device: str = "auto") -> str:
 
 
 def check_threads(threads) -> int | None:
-    """``threads`` as an int >= 1 (or None: torch's default); one-line error otherwise."""
+    """``threads`` as an int from 1 to the machine's CPU count (or None: torch's default); one-line error
+    otherwise (torch would try to start every thread asked for, and fail deep inside its first matrix product)."""
     if threads is None:
         return None
+    cores = os.cpu_count() or 1
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise BrwsimError(f"--threads must be an integer >= 1, got {threads!r}")
+    if threads > cores:
+        raise BrwsimError(f"--threads {threads} is more than the {cores} CPU cores here: use 1 to {cores}")
     return threads
+
+
+def check_max_prompt_tokens(n) -> int:
+    """``max_prompt_tokens`` (the last N tokens of a prompt are kept) as an int >= 1; one-line error otherwise."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise BrwsimError(f"--max-prompt-tokens must be an integer >= 1 (the last N prompt tokens kept), got {n!r}")
+    return n
 
 
 def synchronize(device: str) -> None:
@@ -110,13 +122,14 @@ class HFSource(LogitsSource):
         torch = _torch()
         device = torch_device(device)
         threads = check_threads(threads)
+        max_prompt_tokens = check_max_prompt_tokens(max_prompt_tokens)
         if threads:
             torch.set_num_threads(threads)
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.name = name
         self.device = device
-        self.max_prompt_tokens = int(max_prompt_tokens)
+        self.max_prompt_tokens = max_prompt_tokens
         cfg = model.config
         cfg = getattr(cfg, "text_config", None) or cfg
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])

@@ -23,11 +23,12 @@ import shutil
 import time
 from pathlib import Path
 
-from ..._cache import user_cache_dir
+from ..._cache import check_writable_dir, user_cache_dir
 from ...errors import BrwsimError
 from .. import require_llm
+from ._check import check_gguf_file, check_model_files, check_model_shapes, check_tokenizer, quiet_transformers
 from ._file import FileSource
-from ._hf import HFSource, check_threads, torch_device
+from ._hf import HFSource, check_max_prompt_tokens, check_threads, torch_device
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -79,8 +80,9 @@ def _convert(name: str, gguf: Path, dest: Path) -> None:
     # the weights are de-quantised already; forget the GGUF "quantizer" so they can be saved
     model.hf_quantizer = None
     model.config.__dict__.pop("quantization_config", None)
-    model.save_pretrained(str(tmp))
-    tok.save_pretrained(str(tmp))
+    with quiet_transformers():
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
     (tmp / "brwsim-source.txt").write_text(f"{name}\nconverted from {gguf}\n")
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
@@ -90,13 +92,71 @@ def _convert(name: str, gguf: Path, dest: Path) -> None:
 
 
 def converted(name: str) -> Path:
-    """Directory of the converted safetensors copy of a named model (made on first use)."""
+    """Directory of the converted safetensors copy of a named model (made on first use; the cache checked
+    writable first). A damaged copy (truncated, emptied) is a one-line error saying to delete it."""
     dest = cache_dir() / "models" / name
     if (dest / "config.json").is_file() and (dest / "model.safetensors").is_file():
-        return dest
+        try:
+            return check_model_files(dest, f"model {name}")
+        except BrwsimError as e:
+            raise BrwsimError(f"{e}; the copy is brwsim's own: delete {dest} to convert it again") from None
+    check_writable_dir(dest.parent, "the model cache (BRWSIM_CACHE)")
     gguf = smollm2_gguf() if name == "smollm2-135m" else gemma3_gguf()
     _convert(name, gguf, dest)
     return dest
+
+
+def _is_file_source(model: str) -> bool:
+    return model.startswith("file:") or model.lower().endswith(".npz")
+
+
+def check_model(model: str) -> tuple[str, str, dict]:
+    """``--model`` checked without torch and without reading a weight (a name, a saved-logits file, a model
+    directory's config and weights headers, a GGUF file's magic): ``(kind, where, kw)`` with kind one of
+    ``file``, ``named``, ``dir``, ``gguf``, ``hub``. One-line :class:`BrwsimError` otherwise. Cheap: run it
+    with the other argument checks, before any slow work (:func:`load_source` runs it too)."""
+    if not isinstance(model, str) or not model.strip():
+        raise BrwsimError(f"--model needs a value: {', '.join(MODELS)}, a model directory, a .gguf or a .npz file")
+    what = f"model {model!r}"
+    if _is_file_source(model):
+        path = os.path.expanduser(model.removeprefix("file:"))
+        if not os.path.isfile(path):
+            raise BrwsimError(f"saved-logits file {path!r} cannot be read: it does not exist")
+        return "file", path, {}
+    if model in MODELS:
+        return "named", model, {}
+    if os.path.isdir(os.path.expanduser(model)):
+        return "dir", str(check_model_files(model, what)), {}
+    if model.lower().endswith(".gguf"):
+        p = check_gguf_file(model, what)
+        return "gguf", str(p.parent), {"gguf_file": p.name}
+    if os.path.exists(os.path.expanduser(model)):
+        raise BrwsimError(f"{what} is a file but neither a .gguf nor a saved-logits .npz: give a model directory")
+    if os.sep in model and model.count("/") != 1:
+        raise BrwsimError(f"{what} does not exist; use {', '.join(MODELS)}, a directory or a .gguf file")
+    return "hub", model, {}
+
+
+def _load_hf(model: str, where: str, kw: dict, dtype):
+    """(tokenizer, model) of a checked location; any failure of transformers is one line."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        with quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(where, **kw)
+            m, info = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, output_loading_info=True, **kw)
+    except Exception as e:  # noqa: BLE001 - transformers, safetensors, torch: a user's files, one line each
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise BrwsimError(f"cannot load model {model!r}: {first} (names known offline: {', '.join(MODELS)})") from None
+    missing = list(info.get("missing_keys") or []) + [k[0] if isinstance(k, tuple) else k
+                                                        for k in info.get("mismatched_keys") or []]  # fmt: skip
+    if missing:
+        raise BrwsimError(
+            f"model {model!r}: its weights lack {len(missing)} parameter(s) of its config, e.g. {missing[0]} "
+            "(they would be random): the config does not match the weights"
+        )
+    check_tokenizer(tok, int(m.get_output_embeddings().weight.shape[0]), f"model {model!r}")
+    return tok, m
 
 
 def load_source(
@@ -106,43 +166,27 @@ def load_source(
     threads: int | None = None,
     max_prompt_tokens: int = 384,
 ):
-    """A logits source for a model name, a model directory, a .gguf file or a saved-logits .npz."""
-    if model.startswith("file:") or model.lower().endswith(".npz"):
+    """A logits source for a model name, a model directory, a .gguf file or a saved-logits .npz. Every
+    argument and the model's files are checked (:func:`check_model`, :func:`._check.check_model_shapes`)
+    before a weight is read."""
+    kind, where, kw = check_model(model)
+    max_prompt_tokens = check_max_prompt_tokens(max_prompt_tokens)
+    if kind == "file":
         return FileSource(model.removeprefix("file:"))
     require_llm()
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
     if dtype not in dtypes:
         raise BrwsimError(f"--dtype must be float32 or bfloat16, got {dtype!r}")
     device, threads = torch_device(device), check_threads(threads)  # one-line errors before the slow load
     t0 = time.perf_counter()
-    kw = {}
-    if model in MODELS:
-        where, label = str(converted(model)), model
-    elif os.path.isdir(os.path.expanduser(model)):
-        where, label = os.path.expanduser(model), model
-        if not os.path.isfile(os.path.join(where, "config.json")):
-            raise BrwsimError(f"model directory {model!r} has no config.json (not a transformers model)")
-    elif model.lower().endswith(".gguf"):
-        p = Path(os.path.expanduser(model))
-        if not p.is_file():
-            raise BrwsimError(f"model file {model!r} does not exist")
-        where, label, kw = str(p.parent), model, {"gguf_file": p.name}
-    elif os.sep in model and not os.path.exists(os.path.expanduser(model)) and model.count("/") != 1:
-        raise BrwsimError(f"model {model!r} does not exist; use {', '.join(MODELS)}, a directory or a .gguf file")
-    else:
-        where, label = model, model
-    try:
-        tok = AutoTokenizer.from_pretrained(where, **kw)
-        m = AutoModelForCausalLM.from_pretrained(where, dtype=dtypes[dtype], **kw)
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BrwsimError(
-            f"cannot load model {model!r}: {first[:200]} (names known offline: {', '.join(MODELS)})"
-        ) from None
-    src_ = _hf_source(m, tok, label, device, threads, max_prompt_tokens)
+    if kind == "named":
+        where = str(converted(model))
+    if kind in ("named", "dir"):
+        check_model_shapes(where, f"model {model!r}")
+    tok, m = _load_hf(model, where, kw, dtypes[dtype])
+    src_ = _hf_source(m, tok, model, device, threads, max_prompt_tokens)
     src_.load_seconds = time.perf_counter() - t0
     return src_
 
