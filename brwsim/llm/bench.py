@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import numpy as np
 
+from ..errors import BrwsimError, check_positive_int
 from .sources import load_source
 from .sources._prompts import humaneval
 
@@ -109,7 +111,13 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args(argv)
-    print(json.dumps(run(a.model, a.repeat), indent=1))
+    try:
+        check_positive_int("--repeat", a.repeat)  # a median of no run
+        out = run(a.model, a.repeat)
+    except BrwsimError as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1))
     return 0
 
 
