@@ -203,11 +203,16 @@ class _Fresh:
         return self.inner.logprobs(prefixes)
 
 
-def open_chain(drafter, ids: list[int], prompt_features=None):
-    """The draft context that follows the text: :class:`HeadChain`, :class:`PackedChain` or :class:`_Fresh`."""
+def reads_features(drafter) -> bool:
+    """Whether the drafter reads the target's features (the EAGLE-style head)."""
     from ..drafters.eagle_head._drafter import EagleDraftModel
 
-    if isinstance(drafter, EagleDraftModel):
+    return isinstance(drafter, EagleDraftModel)
+
+
+def open_chain(drafter, ids: list[int], prompt_features=None):
+    """The draft context that follows the text: :class:`HeadChain`, :class:`PackedChain` or :class:`_Fresh`."""
+    if reads_features(drafter):
         if prompt_features is None:
             prompt_features = drafter.prompt_features(ids)
         return HeadChain(drafter, ids, prompt_features)

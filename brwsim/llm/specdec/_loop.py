@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._draft import DraftSession
+from ._draft import DraftSession, reads_features
 from ._target import TargetSession
 from ._verify import verify_tree
 
@@ -63,12 +63,8 @@ def speculative_generate(
     ``target``: an HF source; ``drafter``: an opened :mod:`brwsim.llm.drafters` drafter."""
     rng = _rng(rng, T)
     t0 = time.perf_counter()
-    ts = TargetSession(target, prompt_ids, features=False)
-    ds = DraftSession(drafter, target, prompt_ids, None, target.eos_ids)
-    if ds.needs_features:  # the head reads the target's features: keep them from the verifier's passes
-        ts.close()
-        ts = TargetSession(target, prompt_ids, features=True)
-        ds = DraftSession(drafter, target, prompt_ids, ts.prompt_features, target.eos_ids)
+    ts = TargetSession(target, prompt_ids, features=reads_features(drafter))  # a head reads the target's features
+    ds = DraftSession(drafter, target, prompt_ids, ts.prompt_features, target.eos_ids)
     g = Generation([], [], [], 0.0, 0.0, 0.0, time.perf_counter() - t0)
     t1 = time.perf_counter()
     try:
