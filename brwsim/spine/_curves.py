@@ -51,6 +51,8 @@ EPS64 = float(np.finfo(np.float64).eps)
 # sat at the smallest sampled point, below E[X]).
 MIN_WALKS_BELOW = 16
 
+MAX_WALK_RUNS = 8  # law_curves runs its walks at most this often, each time further (the last run is kept)
+
 
 def _partial_sums(xi: np.ndarray):
     """(ended, S): where each walk has ended (NaN from there on) and its float64 partial sums."""
@@ -140,7 +142,7 @@ class SpineCurves:
         S_lo, self._floor = _lowered(xi, ended, eps, float(floor))
         drop = S[:, -1] - S_lo[:, -1] if D else np.zeros(n)  # each walk's observed range shrinks with it
         lim_lo = min(float((cover - drop).min()) if n else 0.0, lim)
-        self._lo = _Points(S_lo, ~ended & (S <= lim), S)
+        self._lo = _Points(S_lo, ~ended & (S_lo <= lim_lo), S)
         self._lo_limit = (lim_lo, lim)
         self._min_below = max(int(min_walks_below), 0)
 
@@ -265,17 +267,19 @@ def law_curves(key, law: Law, P_max: float, walks: int = 8192, mu_hint: float | 
     Both bounds are minimised near the level s where E[N(s)] = P (their slope in s has the sign of
     E[N(s)] - P), which is near ln(mu P) once the steps are small against it (docs/theory.md) but can lie
     far beyond it when single steps are large (a high-entropy law at small P): then the walks are run again,
-    each time 3 past the level the last run reached, until E[N] at that level is at least P_max.
+    each time 3 past the level the last run reached, until E[N] at that level is at least P_max (at most
+    :data:`MAX_WALK_RUNS` runs: shorter walks only loosen the bounds).
     """
     mu = mu_hint if mu_hint and mu_hint > 0 else 1.0
     s_max = max(math.log(mu * P_max), 0.0) + 3.0
     dtype, floor = jnp.zeros(()).dtype, law_floor(law)
-    while True:
+    for _ in range(MAX_WALK_RUNS):
         w = sample_walks(key, law, walks, s_max=s_max, stream=Stream.SPINE)
         c = SpineCurves(w.xi, cover=w.cover, step_dtype=dtype, floor=floor)
         if not math.isfinite(c.limit) or c.limit <= s_max or c.nodes_below_limit() >= P_max:
-            return c
+            break
         s_max = c.limit + 3.0
+    return c
 
 
 def law_floor(law: Law) -> float:
