@@ -8,7 +8,9 @@ code, pydoc prose, ShareGPT chat), at two budgets: the P the planner picks for
 that drafter and task (the best P of its speedup table on this CPU,
 experiments/speedup.py's ``drafter_tables``: E[X] from the real-drafters rows
 with the builder fixed in advance, t_verify and the drafter's pass measured
-here) and one other P (32 when the picked P is at most 8, else 4).
+here) and one other P: 8 when the pick is P = 0 (do not speculate: its run is
+plain decoding beside the drafter's prefill, a check of the loop's overhead),
+32 when the pick is 1..8, else 4.
 
 Per prompt (``--n`` per task, default 16, in experiments.common.prompt_order's
 interleaved order), on the shipped model at temperature 1 (the temperature of
@@ -67,9 +69,14 @@ def settings(quick: bool, seed: int, n: int | None = None, new_tokens: int | Non
                 version=brwsim.__version__)  # fmt: skip
 
 
-def other_P(best: int) -> int:
-    """The second budget measured beside the planner's pick."""
-    return 32 if best <= 8 else 4
+def other_Ps(table) -> list[int]:
+    """The budget measured beside the planner's pick: 8 when the pick is P = 0 (the planner says: do not speculate;
+    8 is the oracle's best budget on this CPU), 32 when the pick is 1..8, else 4; moved to the nearest budget (in
+    ln P) of the planner's grid, where it has a prediction."""
+    best = table.best.P
+    grid = sorted(r.P for r in table.rows if r.P > 0 and r.P != best)
+    want = [8 if best == 0 else 32 if best <= 8 else 4]
+    return list(dict.fromkeys(min(grid, key=lambda P: abs(math.log(P / w))) for w in want)) if grid else []
 
 
 # ---------------------------------------------------------------------------
@@ -145,7 +152,7 @@ def configs(params: dict, names: dict, tables: dict, task: str) -> list[tuple[st
     for spec in params["drafters"]:
         t = tables.get((task, names[spec]))
         if t is not None:
-            out += [(spec, t.best.P), (spec, other_P(t.best.P))]
+            out += [(spec, P) for P in [t.best.P, *other_Ps(t)]]
         else:
             print(f"{spec} on {task}: no planner rows for {names[spec]!r} (run experiments.real_drafters); skipped")
     return out
