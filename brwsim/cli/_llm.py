@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from .. import _interrupts as interrupts
 from ..llm import require_llm
 from ..llm.drafters import print_drafters
 from ..llm.run import RunOptions, run_llm
@@ -29,6 +30,8 @@ def print_llm(d: dict, out=None) -> None:
     T = d.get("temperature", 1.0)
     head = f"model {d['model']} (vocab {d['vocab_size']}), prompts {d['prompts']}, T = {T:g}"
     print(f"{head}, {d['convention']}", file=out)
+    if d.get("interrupted"):
+        print(f"(interrupted: {d['prompts_finished']} of {d['prompts_requested']} prompts finished)", file=out)
     for t in d["tasks"]:
         print(
             f"task {t['task']}: {t['prompts']} prompts, mu = {t.get('mu', float('nan')):.4f} "
@@ -66,7 +69,16 @@ def _cmd(args) -> int:
     if not (args.model.startswith("file:") or args.model.lower().endswith(".npz")):
         require_llm()
     log = None if args.json else (lambda m: print(m, file=sys.stderr))
-    return emit(args, run_llm(opts, log=log).to_dict(), print_llm)
+    d = run_llm(opts, log=log).to_dict()
+    code = emit(args, d, print_llm)
+    if not d.get("interrupted"):
+        return code
+    sys.stdout.flush()
+    sys.stderr.write(
+        f"brwsim: interrupted by {interrupts.name()} after {d['prompts_finished']} of {d['prompts_requested']} "
+        "prompts: the results above are those of the finished prompts\n"
+    )
+    return interrupts.exit_status()
 
 
 def add_parser(sub) -> None:

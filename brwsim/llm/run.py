@@ -14,6 +14,7 @@ import dataclasses
 import os
 import time
 
+from .. import _interrupts as interrupts
 from .. import _processes as processes
 from .._cache import check_writable_dir, check_writable_file
 from .._stats import CONVENTION
@@ -195,6 +196,7 @@ def _measure(source, drafters, cal: list[Calibration | None], items, P_max, opts
         if processes.count() > 1 or not finished:
             raise
         interrupted = True
+        interrupts.once()  # a second signal does not cut the summary of the finished prompts short
     mine = [(share[k][0], *finished[k]) for k in sorted(finished)]
     by_task: dict[str, list] = {}
     for _, r, drs in sorted((x for part in processes.gather(mine) for x in part), key=lambda x: x[0]):
