@@ -12,6 +12,7 @@ import glob
 import hashlib
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,7 +99,9 @@ def test_development_prompts_are_never_scored():
     from brwsim.llm.sources._prompts import load_prompts
 
     committed = set()
-    for f in glob.glob("results/*_prompts.jsonl"):
+    files = glob.glob(str(Path(__file__).resolve().parents[2] / "results" / "*_prompts.jsonl"))
+    assert len(files) >= 2  # real_model's and real_drafters' per-prompt rows
+    for f in files:
         with open(f) as fh:
             committed |= {(r["task"], r["id"]) for r in map(json.loads, fh)}
     for task, source in TASKS.items():
@@ -135,7 +138,7 @@ def test_the_chat_heads_config_names_its_data_rule():
 
 
 def _tool(name):
-    spec = importlib.util.spec_from_file_location(name, f"tools/{name}.py")
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[2] / "tools" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
