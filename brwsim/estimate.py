@@ -46,6 +46,7 @@ MAX_SEED = 2**32 - 1  # a run key holds 32 bits of the seed
 # node records moved to tree order (32), prefix values on the device (4) and in float64 (8)
 HOST_BYTES_PER_NODE = 72
 MEMORY_FRACTION = 0.8  # of the memory available, what one batch may use
+SPINE_DRAWS_MAX = 2**30  # tokens the spine walks of an O(V)-step law may draw per step (walks x V): minutes at most
 
 
 def _progress(total: int, desc: str, enabled: bool | None):
@@ -96,6 +97,40 @@ def plan_batch(law: Law, P_max: int, trees: int, batch: int | None, devs) -> int
             )
         B = fit
     return B
+
+
+def _largest_V(law: Law, per_token: float, budget: float) -> str:
+    """``"the largest V that fits is about N"`` for a law whose cost grows as ``per_token * V``."""
+    return f"the largest V that fits is about {max(1, int(budget // per_token))}"
+
+
+def check_tables(law: Law) -> None:
+    """Before anything is built: a one-line error if the law's exact moments and spine tables (O(V) for a
+    deterministic law given by a formula) cannot fit in the memory available, naming the largest V that would."""
+    need, avail = law.table_bytes(), available_memory()
+    if avail is None or need <= MEMORY_FRACTION * avail:
+        return
+    budget = MEMORY_FRACTION * avail
+    raise BrwsimError(
+        f"{law.spec()} needs about {need / 1e9:.3g} GB for its exact moments and spine tables (V={law.vocab}), more "
+        f"than the {budget / 1e9:.3g} GB a run may use here: {_largest_V(law, need / law.vocab, budget)}"
+    )
+
+
+def check_spine(law: Law, walks: int, what: str = "the bounds") -> None:
+    """Before any tree: a one-line error if the spine walks behind the bounds must draw more whole distributions
+    than :data:`SPINE_DRAWS_MAX` tokens a step (a law whose spine step reads all V entries: ``walks * V`` a step,
+    some minutes at the limit), naming the largest V and number of walks that would fit."""
+    costly = [sub for sub in law.sub_laws() if sub.costly_spine_step(law.spine_needs_rank)]
+    V = max((sub.vocab for sub in costly), default=0)
+    if walks * V <= SPINE_DRAWS_MAX:
+        return
+    raise BrwsimError(
+        f"{what} of {law.spec()} take {walks} spine walks, each step drawing a whole distribution of V={V} tokens "
+        f"({walks * V:.3g} draws a step, more than the {SPINE_DRAWS_MAX:.3g} allowed, hours of work): "
+        f"{_largest_V(law, walks, SPINE_DRAWS_MAX)} at {walks} walks; `brwsim laws --walks "
+        f"{SPINE_DRAWS_MAX // V}` gives bounds from fewer walks"
+    )
 
 
 def _oracle_batches(key, law: Law, P_max: int, lo: int, hi: int, B: int, devs, check: bool):
@@ -403,8 +438,10 @@ class SimulationResult:
         raise KeyError(P)
 
 
-def _check_inputs(law, P, trees, seed, batch, drafter, draft_law):
+def _check_inputs(law, P, trees, seed, batch, drafter, draft_law, bounds: bool = True):
+    """Every argument checked, and every size it implies planned, before any slow work."""
     law_obj = parse_law(law)
+    check_tables(law_obj)
     P_list = check_P_list(P)
     trees = check_positive_int("trees", trees)
     if trees > MAX_TREES:
@@ -420,6 +457,10 @@ def _check_inputs(law, P, trees, seed, batch, drafter, draft_law):
     d = parse_drafter(drafter)
     if isinstance(d, Oracle) and draft_law is not None:
         raise BrwsimError("--draft-law applies to a drafter other than the oracle; add e.g. --drafter topq")
+    if not isinstance(d, Oracle):
+        d.check_budget(law_obj, max(P_list))
+    if bounds:
+        check_spine(law_obj, SPINE_WALKS if law_obj.is_iid else SPINE_WALKS // 2)
     return law_obj, P_list, trees, seed, batch, d
 
 
@@ -498,7 +539,7 @@ def simulate(
     ``round_trees`` (default and at most 65,536): trees per process in a round (same numbers, whatever it is).
     ``kernel`` (auto|jax|native): the oracle's kernel on CPU (same numbers).
     """
-    law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law)
+    law_obj, P_list, trees, seed, batch, d = _check_inputs(law, P, trees, seed, batch, drafter, draft_law, bounds)
     t0 = time.perf_counter()
     key = jax.random.key(seed)
     sums, draft, dlaw, interrupted = _Sums(P_list, keep_values), None, None, False

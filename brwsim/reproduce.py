@@ -24,7 +24,7 @@ from pathlib import Path
 from experiments import common
 
 from . import _processes as processes
-from .errors import BrwsimError
+from .errors import BrwsimError, check_positive_int
 
 EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows real_model writes
     "scaling_in_P",
@@ -39,6 +39,7 @@ EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows rea
     "real_drafters",
     "speedup",  # reads the rows real_model and real_drafters write
 ]
+SEED_MAX = 2**32 - 1  # the experiments' runs take seeds of 32 bits (brwsim.simulate's range)
 # the experiments whose work grows with prompts: they take --budget-seconds (no prompt started after it; the rows
 # carry the prompt counts actually scored)
 BUDGETED = ("real_model", "real_drafters")
@@ -63,6 +64,9 @@ def run(
 
     ``budget_seconds``: handed to each experiment of :data:`BUDGETED` (each starts no new prompt after that
     many seconds of its own; 0 scores only the prompts already measured and cached)."""
+    seed = check_positive_int("--seed", seed, minimum=0)  # every argument is checked before any experiment starts
+    if seed > SEED_MAX:
+        raise BrwsimError(f"--seed must be an integer from 0 to {SEED_MAX} (a run key holds 32 bits), got {seed}")
     if budget_seconds is not None and not (math.isfinite(budget_seconds) and budget_seconds >= 0):
         raise BrwsimError(f"--budget-seconds must be a finite number >= 0, got {budget_seconds}")
     names = _available(EXPERIMENTS)

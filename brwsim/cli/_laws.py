@@ -18,8 +18,10 @@ import numpy as np
 from .._devices import available_memory
 from .._stats import CONVENTION, MARGIN_Z
 from ..errors import BrwsimError, check_P_list, check_positive_int
+from ..estimate import check_spine, check_tables
 from ..laws import parse_law
 from ..spine import SpineCurves, law_curves
+from ..spine._walks import POINTS_MAX
 from ..theory import KINDS, bounds_from_curves, moments
 from ._args import P_list, emit
 from ._table import bound_cells, bound_groups, bound_header, bound_notes, group_header
@@ -39,7 +41,7 @@ def _curve(curves: SpineCurves, walks: int) -> dict:
 
 
 WALK_STEP_BYTES = 64  # per walk and step: xi, H, M2 (float64) and the state while walking, then stacked and summed
-MAX_STEPS = 4000  # law_curves' cap on a walk's steps
+MAX_STEPS = 4000  # law_curves' cap on a walk's steps (and POINTS_MAX // walks, when fewer)
 WALKS_MAX = 2**32 - 1  # walk indices are uint32
 SEED_MAX = 2**63 - 1  # jax.random.key takes a signed 64-bit seed
 
@@ -51,7 +53,9 @@ def check_walks_memory(law, walks: int, P_max: int, mu: float) -> None:
     a zero-entropy law), at most :data:`MAX_STEPS`; an O(V) step holds a few float32 rows per walk too.
     """
     s_max = max(math.log(max(mu, 1e-300) * P_max), 0.0) + 3.0 if mu > 0 else 0.0
-    steps = min(MAX_STEPS, 64 + (math.ceil(2 * s_max / mu) if mu > 0 else 0))
+    steps = min(
+        MAX_STEPS, max(64, POINTS_MAX // walks), 64 + (math.ceil(min(2 * s_max / mu, MAX_STEPS)) if mu > 0 else 0)
+    )
     costly = any(sub.costly_spine_step(law.spine_needs_rank) for sub in law.sub_laws())
     per_walk = WALK_STEP_BYTES * steps + (12 * law.vocab if costly else 0)
     avail = available_memory()
@@ -75,6 +79,8 @@ def laws_summary(spec, P_list, walks: int = 8192, seed: int = 0, margin_z: float
     seed = check_positive_int("seed", seed, minimum=0)
     if seed > SEED_MAX:
         raise BrwsimError(f"seed must be an integer in [0, {SEED_MAX}] (a 64-bit PRNG seed), got {seed}")
+    check_tables(law)  # every size planned before any slow work
+    check_spine(law, walks, "brwsim laws")
     key = jax.random.key(seed)
     mom = moments(key, law)
     check_walks_memory(law, walks, max(P_list), mom.mu)

@@ -63,9 +63,31 @@ def chain_one(law: Law, dlaw: DraftLaw, tree_key, P: int) -> DraftTree:
     )
 
 
-def _eagle_candidates(law: Law, dlaw: DraftLaw, tree_key, top_k: int, depth: int) -> dict:
-    """Every candidate EAGLE-2's ``topK_genrate`` generates: score, target logP, parent, rank, depth, key, state."""
-    kc = min(top_k, law.vocab)  # children proposed per frontier node
+def eagle_candidates(V: int, top_k: int, depth: int) -> int:
+    """How many candidates EAGLE-2's ``topK_genrate`` generates on a vocabulary of V tokens (no arrays: any size)."""
+    kc = min(top_k, V)
+    total, f = kc, kc
+    for d in range(depth):
+        if f == min(top_k, f * kc):  # the frontier no longer grows: every further level adds f * kc
+            return total + (depth - d) * f * kc
+        total, f = total + f * kc, min(top_k, f * kc)
+    return total
+
+
+def eagle_effective(V: int, P: int, top_k: int, depth: int) -> tuple[int, int, int]:
+    """(children per node, frontier size, levels) that give the same best P candidates as EAGLE-2 with these
+    parameters. A candidate's score is at most its parent's and it lies deeper, so it ranks after its parent: the
+    best P are closed under parents, and a candidate outside the best P of its level, or beyond the first P
+    children of its node, has P candidates ranked before it, and so have its descendants. Hence at most P
+    children a node, P frontier nodes a level, and P - 1 levels below the first give the same tree, whatever
+    top_k and depth are (``eagle:top_k=1000000000`` or ``depth=200`` at small P cost what P costs)."""
+    return min(top_k, V, P), min(top_k, P), min(depth, P - 1)
+
+
+def _eagle_candidates(law: Law, dlaw: DraftLaw, tree_key, top_k: int, depth: int, P: int) -> dict:
+    """The candidates of EAGLE-2's ``topK_genrate`` that can enter the best P (:func:`eagle_effective`): score,
+    target logP, parent, rank, depth, key, state."""
+    kc, top_k, depth = eagle_effective(law.vocab, P, top_k, depth)  # kc: children proposed per frontier node
     s0 = root_state(law, tree_key)
     q0, p0, r0 = node_qtable(law, dlaw, tree_key, s0, kc)
     keys0, states0 = jax.vmap(lambda r: child_of(law, tree_key, s0, r))(r0)
@@ -95,13 +117,14 @@ def _eagle_candidates(law: Law, dlaw: DraftLaw, tree_key, top_k: int, depth: int
 
 def eagle_one(law: Law, dlaw: DraftLaw, tree_key, P: int, top_k: int, depth: int) -> DraftTree:
     """EAGLE-2's ``topK_genrate`` on the realised tree; keeps the best P candidates by drafter score."""
-    c = _eagle_candidates(law, dlaw, tree_key, top_k, depth)
-    C = c["score"].shape[0]
+    C = eagle_candidates(law.vocab, top_k, depth)
     if P > C:
         raise BrwsimError(
             f"eagle with top_k={top_k}, depth={depth} generates only {C} candidates, fewer than P={P}; "
             "raise top_k or depth"
         )
+    c = _eagle_candidates(law, dlaw, tree_key, top_k, depth, P)
+    C = c["score"].shape[0]
     order = jnp.lexsort((c["dep"], -c["score"]))[:P]
     pos = jnp.full((C,), -1, jnp.int32).at[order].set(jnp.arange(P, dtype=jnp.int32))
     par = c["parent"][order]

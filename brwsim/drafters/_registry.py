@@ -13,6 +13,7 @@ docs/drafters.md describes each; :mod:`._builders`, :mod:`._static` and
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import ClassVar
 
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._devices import available_memory
 from .._keys import Stream, tree_keys
 from .._registry import registrar
 from .._spec import Spec, number, parse_spec
@@ -27,11 +29,13 @@ from ..errors import BrwsimError
 from ..laws import Law, parse_law
 from ..oracle import oracle_batch
 from ..tree import DraftTree, prefix_values
-from ._builders import chain_one, eagle_one, topq_one
+from ._builders import chain_one, eagle_effective, eagle_one, topq_one
 from ._draftlaws import DraftLaw, parse_draft_law
 from ._sequoia import sequoia_paths
 from ._static import kary_paths, load_paths, static_one, tree_arrays
 
+MEMORY_FRACTION = 0.8  # of the memory available, what one tree may use
+SEQUOIA_STEPS_MAX = 2**21  # steps of Sequoia's dynamic program (levels x P x ranks; ~40 us each): about a minute
 DRAFTERS: dict[str, type] = {}  # SPEC name -> drafter class
 register = registrar(DRAFTERS)
 
@@ -80,6 +84,26 @@ class Drafter:
         """Trees per call: about 96 MB in all, at most 512."""
         return int(max(1, min(512, 96 * 2**20 // self.tree_bytes(law, P))))
 
+    def check_budget(self, law: Law, P: int) -> None:
+        """Before any tree: a one-line error if one tree at budget P cannot fit in the memory available (naming
+        the largest P that fits), or if the drafter's own work at P is out of reach."""
+        avail = available_memory()
+        if avail is None or self.tree_bytes(law, P) <= MEMORY_FRACTION * avail:
+            return
+        lo, hi = 1, P
+        while lo < hi:  # tree_bytes grows with P
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.tree_bytes(law, mid) <= MEMORY_FRACTION * avail else (lo, mid - 1)
+        fits = (
+            f"the largest P that fits is about {lo}"
+            if self.tree_bytes(law, lo) <= MEMORY_FRACTION * avail
+            else (f"not even P=1 fits (V={law.vocab}): use a smaller vocabulary")
+        )
+        raise BrwsimError(
+            f"drafter {self.text!r} at P={P} needs about {self.tree_bytes(law, P) / 1e9:.3g} GB for one tree "
+            f"({law.spec()}), more than the {MEMORY_FRACTION * avail / 1e9:.3g} GB a run may use here: {fits}"
+        )
+
 
 @register("oracle")
 class Oracle(Drafter):
@@ -119,8 +143,9 @@ class Eagle(Drafter):
         return cls(top_k=top_k, depth=number(spec, "depth", integer=True, lo=0, default="7"), text=spec.text)
 
     def tree_bytes(self, law, P):
-        V, k = law.vocab, self.top_k
-        return 4 * (8 * V * k + 6 * (P + 1) * min(V, P)) + 64 * P + 64 * (k + self.depth * k**2)
+        V = law.vocab
+        kc, f, depth = eagle_effective(V, P, self.top_k, self.depth)  # what the tree is built from
+        return 4 * (8 * V * f + 6 * (P + 1) * min(V, P)) + 64 * P + 64 * (kc + depth * f * kc)
 
     def trees(self, key, law, dlaw, keys, P):
         return eagle_batch(law, dlaw, keys, P=P, top_k=self.top_k, depth=self.depth)
@@ -176,8 +201,30 @@ class Sequoia(Static):
         samples = number(spec, "samples", integer=True, lo=2, default="4096")
         return cls(depth=depth, samples=samples, text=spec.text)
 
+    def check_budget(self, law, P):
+        super().check_budget(law, P)
+        levels, ranks = 1 if self.depth is None else min(self.depth, P), min(law.vocab, P)
+        if levels * P * ranks > SEQUOIA_STEPS_MAX:
+            most = SEQUOIA_STEPS_MAX // (P * ranks)
+            if self.depth is not None and most >= 1:
+                fix = f"the largest depth that fits is {most}"
+            else:  # one level: P x min(V, P) steps
+                top = (
+                    math.isqrt(SEQUOIA_STEPS_MAX)
+                    if law.vocab >= math.isqrt(SEQUOIA_STEPS_MAX)
+                    else (SEQUOIA_STEPS_MAX // law.vocab)
+                )
+                fix = f"the largest P that fits with no depth limit is {top}"
+            raise BrwsimError(
+                f"drafter {self.text!r} at P={P}: Sequoia's dynamic program would take {levels} levels x {P} nodes x "
+                f"{ranks} ranks = {levels * P * ranks:.3g} steps, more than the {SEQUOIA_STEPS_MAX} (about a minute) "
+                f"allowed; {fix}"
+            )
+
     def paths(self, key, law, dlaw, P):
-        return sequoia_paths(key, law, dlaw, P, self.depth, self.samples)
+        # P nodes reach depth P at most: a deeper limit gives the same dynamic program, step for step
+        depth = None if self.depth is None else min(self.depth, P)
+        return sequoia_paths(key, law, dlaw, P, depth, self.samples)
 
 
 def parse_drafter(spec: str | Drafter | None) -> Drafter:

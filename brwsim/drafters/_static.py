@@ -9,6 +9,7 @@ must be prefix-closed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
@@ -94,10 +95,10 @@ def kary_paths(k: int, n: int) -> list[tuple[int, ...]]:
     """The first n nodes, breadth-first, of the complete k-ary tree."""
     out: list[tuple[int, ...]] = []
     layer = [()]
-    while len(out) < n:
-        layer = [p + (r,) for p in layer for r in range(k)]
+    while len(out) < n:  # each layer cut at the nodes still needed: O(n) whatever k is
+        layer = list(itertools.islice((p + (r,) for p in layer for r in range(k)), n - len(out)))
         out += layer
-    return out[:n]
+    return out
 
 
 def load_paths(path: str) -> list[tuple[int, ...]]:

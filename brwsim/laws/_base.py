@@ -88,9 +88,22 @@ def scale_logits(y: jax.Array, c: float) -> jax.Array:
     return jnp.where(jnp.isposinf(c32), jnp.where(top, 0.0, -jnp.inf), scaled)
 
 
+def _short(x, n: int = 40) -> str:
+    """``repr(x)`` cut to ``n`` characters, for one-line messages."""
+    r = repr(x)
+    return r if len(r) <= n else r[: n - 3] + "..."
+
+
 def check_distribution(probs, what: str) -> np.ndarray:
     """Validate one probability vector; return it as float64."""
-    p = np.asarray(probs, dtype=np.float64)
+    if isinstance(probs, (list, tuple)):
+        bad = [x for x in probs if isinstance(x, bool) or not isinstance(x, (int, float, np.number))]
+        if bad:
+            raise BrwsimError(f"{what}: probabilities must be numbers, found {_short(bad[0])}")
+    try:
+        p = np.asarray(probs, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise BrwsimError(f"{what}: probabilities must be finite numbers in a flat list, got {_short(probs)}") from None
     if p.ndim != 1 or p.size < 1:
         raise BrwsimError(f"{what}: needs at least one probability (V >= 1)")
     if not np.all(np.isfinite(p)):
@@ -192,6 +205,11 @@ class Law:
 
     def check_budget(self, P: int) -> None:
         """Raise a one-line error if a P-node tree may need more children of one node than the law holds."""
+
+    def table_bytes(self) -> int:
+        """Bytes of host memory the law's exact moments and spine tables take beyond the law itself (O(V) for a
+        deterministic law given by a formula, 0 when there are none): sized before any is built."""
+        return sum(sub.table_bytes() for sub in self.sub_laws()) if self.sub_laws() != (self,) else 0
 
     # -- the spine: one step of the target's own continuation from a fresh node of this (i.i.d.) law
 

@@ -154,7 +154,7 @@ def markov_law(cfg: dict[str, Any], path: str = "<dict>") -> Markov:
             raise BrwsimError(f"{where}: missing key {k!r}")
     names, laws = _states(cfg["states"], where)
     init_p = _initial(cfg["initial"], names, where)
-    K = _kernel(cfg["kernel"], names, where)
+    K = _kernel(cfg["kernel"], names, where, max(law.vocab for law in laws))
     with np.errstate(divide="ignore"):
         return Markov(
             laws=tuple(laws),
@@ -189,11 +189,11 @@ def _initial(init, names: tuple, where: str) -> np.ndarray:
         unknown = set(init) - set(names)
         if unknown:
             raise BrwsimError(f"{where}: initial names unknown state(s) {sorted(unknown)}")
-        return check_distribution([float(init.get(n, 0.0)) for n in names], f"{where}: initial")
+        return check_distribution([init.get(n, 0.0) for n in names], f"{where}: initial")
     raise BrwsimError(f"{where}: 'initial' must be a state name or a name -> probability table")
 
 
-def _kernel(kernel, names: tuple, where: str) -> np.ndarray:
+def _kernel(kernel, names: tuple, where: str, vocab: int) -> np.ndarray:
     """``[S, R, S]`` probabilities; a state with fewer than R rows repeats its last row."""
     S = len(names)
     if not isinstance(kernel, dict) or set(kernel) != set(names):
@@ -201,14 +201,16 @@ def _kernel(kernel, names: tuple, where: str) -> np.ndarray:
     R = max(len(kernel[n]) if isinstance(kernel[n], list) else 0 for n in names)
     if R < 1:
         raise BrwsimError(f"{where}: each kernel entry must be a non-empty list of rows")
+    R = min(R, vocab)  # a child's rank is below V: rows past V are never read, and the law is the same without them
     K = np.zeros((S, R, S))
     for si, n in enumerate(names):
         rows = kernel[n]
         if not isinstance(rows, list) or not rows:
             raise BrwsimError(f"{where}: kernel[{n!r}] must be a non-empty list of rows")
-        for r in range(R):
-            row = rows[min(r, len(rows) - 1)]
+        for r, row in enumerate(rows):  # every listed row is checked, the ones past V too
             if not isinstance(row, list) or len(row) != S:
                 raise BrwsimError(f"{where}: kernel[{n!r}] row {r} must list {S} probabilities (one per state)")
-            K[si, r] = check_distribution(row, f"{where}: kernel[{n!r}] row {r}")
+            p = check_distribution(row, f"{where}: kernel[{n!r}] row {r}")
+            if r < R:
+                K[si, r:] = p  # the last listed row serves every larger rank
     return K

@@ -61,6 +61,10 @@ class Zipf(Law):
     def deterministic(self) -> bool:
         return self.s_sd == 0
 
+    def table_bytes(self) -> int:
+        # exact moments: float64 log-weights and two temporaries; spine tables: float64 then float32 cumulatives
+        return 48 * self.V if self.deterministic else 0
+
     def exact_moments(self):
         if self.s_sd > 0:
             return None

@@ -38,9 +38,21 @@ def _step_batch(law: Law, tables: dict, base_key, walk_idx, depth, state: int, n
     return jax.vmap(one)(walk_idx)
 
 
+@partial(jax.jit, static_argnames=("need_rank", "need_H", "exact"))
+def _step_block(law: Law, tables: dict, base_key, walk_idx, depths, need_rank: bool, need_H: bool, exact):
+    """:func:`_step_batch` of an i.i.d. law at several depths in one call, ``[depths, walks]``: the same keys, so
+    the same bits, as one call a depth (a peaked law's walks take many tiny steps: this saves a dispatch each)."""
+    return jax.vmap(lambda d: _step_batch(law, tables, base_key, walk_idx, d, 0, need_rank, need_H, exact))(depths)
+
+
 @jax.jit
 def _init_states(law: Law, base_key, walk_idx):
     return jax.vmap(lambda i: law.init_state(jax.random.fold_in(jax.random.fold_in(base_key, i), INIT_TAG)))(walk_idx)
+
+
+BLOCK = 32  # depths a call for an i.i.d. law with a cheap step
+POINTS_MAX = 2**22  # walks x steps of one run of walks, by default: 512 steps of 8192 walks, about 0.7 GB at most
+COSTLY_STEP_BYTES = 2**28  # an O(V) step's rows (about 32 bytes a token and walk) per call: 256 MB at most
 
 
 def _bucket(n: int, walks: int) -> int:
@@ -78,28 +90,55 @@ class _Stepper:
         self.tables = [s.spine_tables() for s in self.subs]
         self.exact = [None if (ex := s.exact_moments()) is None else (float(ex[0]), float(ex[1])) for s in self.subs]
         self.need_rank = law.spine_needs_rank
+        # an i.i.d. law with a cheap step, past depth BLOCK: BLOCK depths of every walk a call (stopped walks dropped)
+        self.blocked = len(self.subs) == 1 and law.is_iid and not self.subs[0].costly_spine_step(self.need_rank)
+        self.block: tuple = (None, None)
+
+    def _from_block(self, d: int, state: np.ndarray, active: np.ndarray):
+        first, res = self.block
+        if first is None or not first <= d < first + BLOCK:
+            first = d
+            idx, depths = jnp.arange(self.walks, dtype=jnp.uint32), jnp.arange(d, d + BLOCK)
+            res = _step_block(self.law, self.tables[0], self.base, idx, depths, self.need_rank, self.need_H,
+                              self.exact[0])  # fmt: skip
+            res = [np.asarray(o) for o in res]
+            self.block = (first, res)
+        xi, _, h, m2, sn = (o[d - first] for o in res)
+        out = np.full((3, self.walks), np.nan)
+        out[0, active], out[1, active], out[2, active] = xi[active], h[active], m2[active]
+        s_d = np.full(self.walks, -1, np.int32)
+        s_d[active] = 0
+        new_state = state.copy()
+        new_state[active] = sn[active]
+        return out[0], out[1], out[2], s_d, new_state
 
     def __call__(self, d: int, state: np.ndarray, active: np.ndarray):
         """(xi, H, M2, state of the node left, next states), each ``[walks]``, at depth ``d``."""
+        if self.blocked and d >= BLOCK:  # walks still going after BLOCK steps take tiny steps: go on in blocks
+            return self._from_block(d, state, active)
         out = np.full((3, self.walks), np.nan)
         s_d = np.full(self.walks, -1, np.int32)
         new_state = state.copy()
         for si in np.unique(state[active]):
-            sel = active[state[active] == si]
-            # cheap steps run at one fixed batch shape (one compilation);
-            # O(V) steps shrink with the number of walks still going
+            every = active[state[active] == si]
+            # cheap steps run at one fixed batch shape (one compilation); O(V) steps shrink with the number of
+            # walks still going, and run in chunks of at most COSTLY_STEP_BYTES of rows (bounded memory at any V)
             costly = self.subs[si].costly_spine_step(self.need_rank)
-            B = _bucket(sel.size, self.walks) if costly else self.walks
-            pad = np.zeros(B, np.uint32)
-            pad[: sel.size] = sel
-            res = _step_batch(
-                self.law, self.tables[si], self.base, jnp.asarray(pad), d, int(si), self.need_rank, self.need_H,
-                self.exact[si],
-            )  # fmt: skip
-            xi, _, h, m2, sn = (np.asarray(o)[: sel.size] for o in res)
-            out[0, sel], out[1, sel], out[2, sel] = xi, h, m2
-            s_d[sel] = si
-            new_state[sel] = sn
+            B = _bucket(every.size, self.walks) if costly else self.walks
+            if costly:
+                B = min(B, max(1, COSTLY_STEP_BYTES // (32 * self.subs[si].vocab)))
+            for lo in range(0, every.size, B):
+                sel = every[lo : lo + B]
+                pad = np.zeros(B, np.uint32)
+                pad[: sel.size] = sel
+                res = _step_batch(
+                    self.law, self.tables[si], self.base, jnp.asarray(pad), d, int(si), self.need_rank, self.need_H,
+                    self.exact[si],
+                )  # fmt: skip
+                xi, _, h, m2, sn = (np.asarray(o)[: sel.size] for o in res)
+                out[0, sel], out[1, sel], out[2, sel] = xi, h, m2
+                s_d[sel] = si
+                new_state[sel] = sn
         return out[0], out[1], out[2], s_d, new_state
 
 
@@ -124,7 +163,9 @@ def sample_walks(
     """
     if walks < 2:
         raise BrwsimError(f"walks must be >= 2, got {walks}")
-    D = max_depth if depth is None else int(depth)
+    # a law whose steps are tiny (a peaked law: 1e-4 nats a step) would walk max_depth steps: the points kept
+    # (walks x steps, ~150 bytes each in the curves) are capped at POINTS_MAX; the curves then end earlier
+    D = min(max_depth, max(64, POINTS_MAX // walks)) if depth is None else int(depth)
     base = stream_key(key, stream)
     step = _Stepper(law, base, walks, need_H)
     state = np.asarray(_init_states(law, base, jnp.asarray(np.arange(walks, dtype=np.uint32))), np.int32)
