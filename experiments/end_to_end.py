@@ -34,7 +34,8 @@ stopped early resumes; ``--budget-seconds S`` starts no new prompt after S
 seconds and reports the prompts measured. Writes results/end_to_end.csv (task,
 drafter, P, predicted, predicted_ci95, measured, measured_ci95, prompts,
 new_tokens), results/end_to_end_detail.csv (accepted tokens per call measured
-and predicted, seconds per call verifying and drafting),
+and predicted, seconds per call verifying and drafting, drafter passes and
+drafted nodes per call),
 results/end_to_end_prompts.jsonl, figures/end_to_end.{png,pdf} and
 figures/end_to_end_table.md. ``--quick``: 2 prompts per task, 32 tokens.
 """
@@ -212,6 +213,7 @@ def summarize(points: list[dict], tables: dict, names: dict, N: int) -> tuple[li
                            verify_ms_per_call=1e3 * np.mean([r["verify_seconds"] / r["calls"] for r in runs]),
                            draft_ms_per_call=1e3 * np.mean([r["draft_seconds"] / r["calls"] for r in runs]),
                            draft_passes_per_call=np.mean([r["draft_passes"] / r["calls"] for r in runs]),
+                           drafted_per_call=np.mean([np.mean(r["drafted"]) for r in runs]),
                            prompts=len(got)))  # fmt: skip
     key = lambda r: (TASKS.index(r["task"]), r["drafter"], r["P"])  # noqa: E731
     return sorted(main, key=key), sorted(detail, key=key)
