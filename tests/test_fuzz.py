@@ -140,7 +140,10 @@ def _check_outcome(argv, code, out, err, cmd: str) -> None:
 
 def drafter_options():
     """Nothing (the oracle) most often; else a drafter, perhaps with its draft law q."""
-    drafter = st.sampled_from(["topq", "chain", "eagle:top_k=2,depth=2", "sequoia", "nosuch", "", "eagle:top_k=0"])
+    drafter = st.sampled_from(
+        ["topq", "chain", "eagle:top_k=2,depth=2", "sequoia", "nosuch", "", "eagle:top_k=0"]
+        + ["eagle:depth=200", "eagle:top_k=1000000000", "sequoia:depth=1000000", "static:k=1000000000", "static:k=2"]
+    )
     draft_law = st.one_of(
         st.just(None),
         real(0.01, 3).map("noise:sigma=".__add__),
