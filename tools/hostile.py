@@ -452,7 +452,7 @@ def case_env(rng: random.Random, tmp: str) -> Case:
 
 
 def case_llm(rng: random.Random, tmp: str) -> Case:
-    argv = ["llm", "--n", "1", "--walks", "2", "--depth", "4", "--P", "1,4", "--trees", "20"]
+    argv = ["llm", "--n", "1", "--walks", "16", "--depth", "4", "--P", "1,4", "--trees", "20"]
     opt = rng.choice(["--max-prompt-tokens", "--threads", "--prompts", "--record", "--save-pool", "--temperature"])
     vals = {"--max-prompt-tokens": ["0", "-3", "-100000", "1", "100000000"], "--threads": ["0", "-1", "100000"],
             "--prompts": [",,", "", " ", tmp, os.path.join(tmp, "none.jsonl")],
@@ -486,7 +486,7 @@ def case_models(rng: random.Random, tmp: str) -> Case:
         os.unlink(cfg)
     elif os.path.lexists(st):
         os.unlink(st)
-    argv = ["llm", "--model", d, "--n", "1", "--walks", "2", "--depth", "4", "--P", "1,4", "--trees", "20"]
+    argv = ["llm", "--model", d, "--n", "1", "--walks", "16", "--depth", "4", "--P", "1,4", "--trees", "20"]
     return Case("models", argv, timeout=300)
 
 
