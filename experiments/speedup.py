@@ -36,6 +36,7 @@ timing (seconds).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import platform
@@ -62,7 +63,9 @@ MODEL = "smollm2-135m"
 LAYERS = 30
 GPU = "h100"
 # (shape, weight bytes per parameter): 70B in bf16 (141 GB) does not fit one 80 GB H100; weight-only 8-bit does
+# (the KV cache stays in bf16: KV_BYTES for every target)
 TARGETS = (("llama-1b", 2.0), ("llama-8b", 2.0), ("llama-70b", 1.0))
+KV_BYTES = 2.0
 COMMITTED = Path(__file__).resolve().parents[1] / "results"
 GPU_P_START = 4096  # E[X] past the measured budgets: extrapolated (a prediction), dotted in the figure; the grid
 GPU_P_CAP = 2**20  # doubles from GPU_P_START until the best P is interior (brwsim.speedup.grown_table)
@@ -162,7 +165,8 @@ def tables(params: dict, costs: dict) -> list[tuple[str, str, object, int]]:
             out.append(("cpu", f"{drafted.drafter} (early exit), {task}", drafted, P_max))
         ex = _ex(real, label, "oracle")
         for target, bpp in TARGETS:
-            gpu = verify_cost(GPU, target=target, bytes_per_param=bpp, context=512)
+            gpu = dataclasses.replace(verify_cost(GPU, target=target, bytes_per_param=bpp, context=512),
+                                      kv_bytes=KV_BYTES)  # fmt: skip
             name = f"{target} ({8 * bpp:.0f}-bit weights), {task}"
             out.append((GPU, name, _gpu_curve(ex, gpu), ex[-1][0]))
     return out
@@ -187,7 +191,7 @@ def _best_drafter(rows: list[dict], label: str, cost, P_max: int, costs: dict):
     for k in sorted({r["k"] for r in rows if r["law"] == label and r["statistic"] == "topq"} - {None, LAYERS}):
         ex = _ex(rows, label, "topq", k, P_max)
         if ex:
-            dc = _draft_cost(costs[f"early-exit:k={k}"], "cpu")
+            dc = _draft_cost(costs[f"early-exit:k={k}"], "cpu", cost.t_verify(0))
             t = speedup_table(ex, cost, dc, drafter=f"top-P-by-Q k={k}")
             s = max(r.speedup for r in t.rows[1:])
             best, top = (t, s) if s > top else (best, top)
@@ -233,7 +237,8 @@ def drafter_costs(params: dict, names: list[str]) -> dict:
                         "h100_pass": h100.pass_time(fp),
                         "fraction_by_bytes": d.cost_fraction(params["context"]),
                         **({"t_pass": dc.t_pass, "t_pass_ci95": dc.t_pass_ci95, "t_step": dc.t_step,
-                            "fraction": dc.fraction, "repeats": dc.repeats} if dc else {"t_pass": None})})  # fmt: skip
+                            "fraction": dc.fraction, "fraction_ci95": dc.fraction_ci95,
+                            "repeats": dc.repeats} if dc else {"t_pass": None})})  # fmt: skip
         return out
 
     key = {"what": "drafter_costs", "names": names, "P": params["P"], "node": platform.node()}
@@ -241,16 +246,18 @@ def drafter_costs(params: dict, names: list[str]) -> dict:
     return {r["name"]: r for r in common.cached(NAME, key, compute)}
 
 
-def _draft_cost(c: dict, where: str) -> DraftCost:
-    """A drafter's cost: measured here on the CPU (None t_pass: no model pass), derived from its footprint on the
-    h100 roofline."""
+def _draft_cost(c: dict, where: str, t0: float = 0.0) -> DraftCost:
+    """A drafter's cost: on the CPU, its measured fraction of the target's step (pass / step, both timed in the same
+    interleaved rounds) times ``t0``, the t_verify(0) of the CPU cost the tables use (None t_pass: no model pass;
+    the pass's absolute time is from another timing session than ``t0`` and is not used); on the h100 roofline,
+    derived from its footprint."""
     if where == "cpu":
         if c["t_pass"] is None:
             return DraftCost(0.0, "P", f"{c['name']}: no model pass", "none")
-        label = f"{c['name']}: {1e3 * c['t_pass']:.3g} ms per pass measured here ({c['timed']})"
-        return DraftCost(
-            c["t_pass"], "P", label, "measured", c["t_pass_ci95"], c["t_step"], c["fraction"], c["repeats"]
-        )
+        f, fc = c["fraction"], c.get("fraction_ci95")
+        label = f"{c['name']}: {f:.3g}" + (f" +- {fc:.2g}" if fc is not None else "")
+        label += f" of the target's step per pass, measured here ({c['timed']}, interleaved with the step)"
+        return DraftCost(f * t0, "P", label, "measured", None, t0, f, c["repeats"], fc)
     if not c["h100_pass"]:
         return DraftCost(0.0, "P", f"{c['name']}: no model pass", "none")
     label = f"{c['name']}: {1e3 * c['h100_pass']:.3g} ms per pass on the roofline, from its footprint"
@@ -276,7 +283,7 @@ def drafter_tables(params: dict, cpu, costs: dict) -> list[tuple[str, str, str, 
             for name in names:
                 ex = _drafter_ex(rows, label, name, P_max)
                 if ex:
-                    t = speedup_table(ex, cost, _draft_cost(costs[name], panel), drafter=name)
+                    t = speedup_table(ex, cost, _draft_cost(costs[name], panel, cost.t_verify(0)), drafter=name)
                     out.append((panel, task, name, fixed_grid([t], MEASURED_UP_TO)[0]))
     return out
 
@@ -364,8 +371,9 @@ def write_cpu_cost(cost, times: dict) -> Path:
 
 
 def cost_rows(costs: dict, params: dict) -> list[dict]:
-    """One row per drafter and panel: ``draft_pass_seconds`` (cpu: the median of the timed passes, with the Student t
-    half-width of their mean; h100: derived from the footprint), with the fraction of the target's step."""
+    """One row per drafter and panel: ``draft_pass_seconds`` (cpu: the mean of the timed passes, with the Student t
+    half-width of that mean; h100: derived from the footprint), with the fraction of the target's step (cpu: the
+    mean over rounds of pass / step, ``fraction_ci95`` its Student t half-width)."""
     out = []
     for name, c in costs.items():
         if name == "h100":
@@ -373,6 +381,7 @@ def cost_rows(costs: dict, params: dict) -> list[dict]:
         out.append(common.row(name, 0, "draft_pass_seconds", c["t_pass"], c.get("t_pass_ci95"), c.get("repeats", 0),
                               params["seed"], panel="cpu", draft_cost="measured" if c["t_pass"] else "none",
                               timed=c["timed"], t_step=c.get("t_step"), fraction=c.get("fraction"),
+                              fraction_ci95=c.get("fraction_ci95"),
                               fraction_by_bytes=c["fraction_by_bytes"]))  # fmt: skip
         out.append(common.row(name, 0, "draft_pass_seconds", c["h100_pass"], 0.0, 0, params["seed"], panel=GPU,
                               draft_cost="derived (roofline of its footprint)", footprint=c["footprint"]))  # fmt: skip

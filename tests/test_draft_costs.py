@@ -58,16 +58,59 @@ def test_derived_draft_cost_on_a_roofline_and_on_a_table():
     shape = ModelShape("toy", params=1000.0)
     cost = RooflineCost(HW, shape, 2.0, 9)
     fp = PassFootprint(((250.0, None),), what="a quarter of the weights")
-    d = SimpleNamespace(name="q", footprint=lambda: fp, cost_fraction=lambda context: 0.5)
+    tf = PassFootprint(((1000.0, None),))
+    d = SimpleNamespace(name="q", footprint=lambda: fp, target_footprint=tf)
     dc = derived_draft_cost(cost, d)
     assert dc.t_pass == 5.0 and dc.fraction == 0.25 and dc.kind == "derived" and dc.t_draft(4) == 20.0
     assert dc.label == "q: 5000 ms per pass on the roofline (0.0005 MB read: a quarter of the weights)"
+    # a larger target on the roofline: the pass keeps its fraction of the step it was derived against
+    big = RooflineCost(HW, ModelShape("big", params=4000.0), 2.0, 9)
+    assert derived_draft_cost(big, d).t_pass == 0.25 * big.t_verify(0) == 20.0
+    # a 4-bit pass with a KV cache on a table: bytes read at --bytes-per-param b and L, not at the loaded dtype
+    four = PassFootprint(((1000.0, 4.0),), kv_values=2)
+    tk = PassFootprint(((1000.0, None),), kv_values=2)
+    d4 = SimpleNamespace(name="four", footprint=lambda: four, target_footprint=tk)
     table = TableCost({0: 2.0, 4: 3.0})
-    dt = derived_draft_cost(table, d)  # not a roofline: the drafter's fraction of the step t_verify(0)
-    assert dt.t_pass == 1.0 and dt.fraction == 0.5
-    look = SimpleNamespace(name="look", footprint=lambda: NO_PASS, cost_fraction=lambda context: 0.0)
+    dt = derived_draft_cost(table, d4, bytes_per_param=2.0, context=9)
+    assert dt.fraction == (500 + 2 * 2 * 10) / (2000 + 2 * 2 * 10) and dt.t_pass == 2.0 * dt.fraction
+    assert "at 2 B per value (--bytes-per-param), L = 9" in dt.label
+    assert derived_draft_cost(table, d4, bytes_per_param=4.0, context=9).fraction == (500 + 80) / (4000 + 80)
+    look = SimpleNamespace(name="look", footprint=lambda: NO_PASS, target_footprint=None)
     assert derived_draft_cost(table, look) == DraftCost(0.0, "P", "look: no model pass (proposals from the context)",
                                                         "none")  # fmt: skip
+    unknown = SimpleNamespace(name="u", footprint=lambda: None)
+    assert derived_draft_cost(table, unknown).kind == "none" and derived_draft_cost(table, unknown).t_pass == 0.0
+
+
+def _saved_run(footprints: bool) -> dict:
+    """A brwsim llm --json run with one 4-bit drafter whose saved fraction is at fp32 (N/32 of the weights)."""
+    tf = PassFootprint(((1000.0, None),), kv_values=2, layers=1, attn_dim=4, what="target")
+    fp = PassFootprint(((1000.0, 4.0),), kv_values=2, layers=1, attn_dim=4, what="4-bit")
+    dr = {"name": "lowbit:bits=4", "prompts": 2, "builders": ["topq"], "draft_fraction": 0.2,
+          "results": [{"P": 1, "topq": 0.5, "topq_ci95": 0.1, "best_builder": "topq"}]}  # fmt: skip
+    if footprints:
+        dr |= {"footprint": fp.to_dict(), "target_footprint": tf.to_dict()}
+    res = [{"P": 1, "mean": 0.8, "ci95": 0.1}]
+    return {"model": "m", "tasks": [{"task": "code", "prompts": 2, "results": res, "drafters": [dr]}]}
+
+
+def test_a_saved_run_is_re_derived_from_its_footprints_on_the_planners_cost():
+    from brwsim.llm.results import run_from_dict
+    from brwsim.speedup import from_llm, modelled_draft_cost
+
+    run = run_from_dict(_saved_run(True))
+    d = run.tasks[0].drafters[0]
+    assert run_from_dict(run.to_dict()).to_dict() == run.to_dict() and d.footprint["weights"] == [[1000.0, 4.0]]
+    cost = RooflineCost(HW, ModelShape("toy", 1000.0, 1, 1, 1, 4), 2.0, 9)  # the target's own shape
+    dc = modelled_draft_cost(cost, d)
+    assert dc.t_pass == pytest.approx((500 + 2 * 2 * 10) / 100.0, rel=1e-12) and dc.fraction != 0.2
+    assert dc.label.endswith("(from the run's saved footprints)")
+    table = TableCost({0: 1.0, 1: 1.0})
+    tables = from_llm(run, table, bytes_per_param=1.0, context=9)
+    assert tables[1].draft.fraction == (500 + 20) / (1000 + 20)  # the target at 1 byte a value, as told
+    old = run_from_dict(_saved_run(False)).tasks[0].drafters[0]  # no footprints: the saved fraction, said so
+    dc = modelled_draft_cost(cost, old)
+    assert dc.fraction == 0.2 and "the run's saved fraction" in dc.label and "no footprints" in dc.label
 
 
 def test_cost_fraction_from_footprints():
@@ -237,18 +280,29 @@ def test_footprints_of_real_drafters_on_a_tiny_llama():
     model = tiny_llama(11, n_layers=3)
     src = HFSource(model, None, name="tiny", threads=1, device="cpu")
     n = {k: sum(p.numel() for p in m.parameters()) for k, m in (("layer", model.model.layers[0]),)}
-    total = sum(p.numel() for p in model.parameters())  # tied or not: each tensor once
+    assert model.get_input_embeddings().weight is not model.lm_head.weight  # untied: the embedding is a lookup
+    # hand count: 3 layers (q, o 16x16; k, v 16x8; gate, up, down 16x32; two norms), final norm, LM head 11x16
+    layer = 2 * 16 * 16 + 2 * 16 * 8 + 3 * 16 * 32 + 2 * 16
+    assert n["layer"] == layer
+    total = 3 * layer + 16 + 11 * 16  # the 11x16 input embedding is not read, only one row of it looked up
     target = model_footprint(model)
     assert target.params == total and target.kv_values == 2 * 3 * 1 * 8 and target.layers == 3
     ee = open_drafter("early-exit:k=1", src)
     assert ee.footprint().params == total - 2 * n["layer"] and ee.footprint().kv_values == 2 * 1 * 8
     assert ee.cost_fraction(context=5) == ee.footprint().nbytes(4, 4, 5) / target.nbytes(4, 4, 5)
     low = open_drafter("lowbit:bits=4", src).footprint()
-    mats = sum(p.numel() for p in model.parameters() if p.ndim == 2)
-    assert low.weights == ((float(mats), 4.0), (float(total - mats), None)) and low.kv_values == target.kv_values
+    norms = 3 * 2 * 16 + 16  # every 1-D weight; the matrices, LM head included, at 4 bits
+    assert low.weights == ((float(total - norms), 4.0), (float(norms), None)) and low.kv_values == target.kv_values
     full = open_drafter("early-exit:k=3", src)
     assert full.cost_fraction() == 1.0  # the target itself
     assert open_drafter("lookup", src).cost_fraction() == 0.0
+    # what a brwsim llm --json run saves for the planner: both footprints, read back exactly
+    from brwsim.llm.results import footprint_fields
+
+    saved = json.loads(json.dumps(footprint_fields(ee)))
+    assert PassFootprint.from_dict(saved["footprint"]) == ee.footprint()
+    assert PassFootprint.from_dict(saved["target_footprint"]) == ee.target_footprint and target.params == total
+    assert PassFootprint.from_dict(footprint_fields(open_drafter("lookup", src))["footprint"]).empty
 
 
 @pytest.mark.needs_llm
@@ -292,3 +346,134 @@ def test_plan_law_grows_its_grid_past_the_given_budgets(capsys):
     assert (
         t["best"]["P"] == best and 2 < best < Ps[-1] and not t["best"]["at_edge"] and t["best"]["text"] == f"P = {best}"
     )
+
+
+def test_measured_draft_cost_is_a_mean_with_t_intervals(monkeypatch):
+    import brwsim.speedup._sources as sources
+    from brwsim._stats import t95
+
+    times = {"target": [2.0, 4.0, 2.0], "draft": [1.0, 1.0, 2.0]}
+    monkeypatch.setattr(sources, "interleaved_times", lambda calls, repeats, device: times)
+    monkeypatch.setattr(sources, "decode_step_timer", lambda src, context, seed: None)
+    d = SimpleNamespace(name="toy", pass_timer=lambda context, seed: lambda: None)
+    dc = sources.measure_draft_cost(d, target=SimpleNamespace(device="cpu"), repeats=3)
+    assert dc.t_pass == pytest.approx(4 / 3) and dc.t_step == pytest.approx(8 / 3) and dc.repeats == 3
+    assert dc.t_pass_ci95 == pytest.approx(t95(3) * np.std([1, 1, 2], ddof=1) / np.sqrt(3))
+    ratios = [0.5, 0.25, 1.0]  # per round: pass / step
+    assert dc.fraction == pytest.approx(np.mean(ratios))
+    assert dc.fraction_ci95 == pytest.approx(t95(3) * np.std(ratios, ddof=1) / np.sqrt(3))
+    assert "0.583 +- " in dc.label and DraftCost(**dc.to_dict()) == dc
+
+
+def test_the_grid_never_says_it_stops_at_p_max_past_a_larger_p():
+    flat = TableCost({0: 1.0, 64: 1.0})
+    make = lambda Ps: speedup_table([(P, _ex(P), 0.0) for P in Ps], flat)  # noqa: E731
+    t = grown_table(make, [1, 32], flat, P_cap=8)  # a budget given past P_max: shown, not grown
+    assert [r.P for r in t.rows] == [0, 1, 32] and t.limit == "the budgets given pass P_max = 8: the grid was not grown"
+    t = grown_table(make, [1, 4], flat, P_cap=12)  # doubling 8 passes P_max: the grid ends at P_max itself
+    assert [r.P for r in t.rows] == [0, 1, 4, 8, 12] and t.limit == "the grid stops at P_max = 12"
+
+
+def test_a_chain_thousands_of_levels_deep_is_built_without_recursion():
+    (r,) = sequoia_budgets([0.99], [3000])
+    assert r["depth"] == r["nodes"] == 3000 and r["paths"][-1] == [0] * 3000
+    assert r["X"] == pytest.approx(sum(0.99**i for i in range(1, 3001)), rel=1e-12)
+
+
+def test_experiment_cpu_draft_cost_is_the_interleaved_fraction_of_the_tables_step():
+    from experiments.speedup import _draft_cost
+
+    c = {"name": "lowbit:bits=4", "t_pass": 9.0, "fraction": 0.5, "fraction_ci95": 0.1, "timed": "lowbit:bits=4",
+         "repeats": 5, "t_pass_ci95": 0.2, "t_step": 18.0}  # fmt: skip
+    dc = _draft_cost(c, "cpu", 2.0)  # the pass's 9 s from another session is not mixed with this t_verify(0)
+    assert dc.t_pass == 1.0 and dc.fraction == 0.5 and dc.fraction_ci95 == 0.1 and dc.kind == "measured"
+
+
+def _hand_count(cfg) -> dict:
+    """Parameters read per decoding step of a tied Llama-style config, counted from its shapes by hand."""
+    h, inter, heads, kv, hd = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, \
+        cfg.num_key_value_heads, cfg.head_dim  # fmt: skip
+    layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 3 * h * inter + 2 * h
+    lm_head = cfg.vocab_size * h
+    norms = 2 * h * cfg.num_hidden_layers + h
+    return {"layer": layer, "lm_head": lm_head, "total": cfg.num_hidden_layers * layer + h + lm_head,
+            "fc": 2 * h * h + h, "head": (2 * h * h + h) + layer + h + lm_head, "norms": norms,
+            "kv": 2 * cfg.num_hidden_layers * kv * hd, "head_kv": 2 * kv * hd}  # fmt: skip
+
+
+@pytest.mark.needs_llm
+def test_smollm2_footprints_pinned_from_its_config():
+    """SmolLM2-135M built on the meta device from its config (no weights): the footprints against a hand count of
+    its shapes, and the H100 bf16 L = 512 fractions of docs/speedup.md."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from brwsim.llm.drafters._hf import model_footprint
+    from brwsim.llm.drafters.eagle_head._drafter import EagleDraftModel
+    from brwsim.llm.drafters.eagle_head._model import Head
+    from brwsim.llm.sources._models import converted
+    from brwsim.speedup import PRESETS, shape_of_hf
+
+    cfg = AutoConfig.from_pretrained(str(converted("smollm2-135m")))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+        head = Head(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size, 1e-5)
+    assert cfg.tie_word_embeddings and model.get_input_embeddings().weight is model.lm_head.weight
+    n = _hand_count(cfg)
+    assert (n["total"], n["head"], n["fc"], n["layer"], n["lm_head"]) == (134_515_008, 32_516_352, 664_128,
+                                                                         3_540_096, 28_311_552)  # fmt: skip
+    target = model_footprint(model)
+    assert target.params == n["total"] and target.kv_values == n["kv"] and shape_of_hf(model).params == n["total"]
+    eagle = EagleDraftModel.footprint(SimpleNamespace(target=SimpleNamespace(model=model), head=head))
+    assert eagle.params == n["head"] and eagle.kv_values == n["head_kv"]
+    cost = RooflineCost(PRESETS["h100"], shape_of_hf(model), 2.0, 512)
+    t0 = (2 * n["total"] + 2 * n["kv"] * 513) / 3.35e12  # memory-bound: bytes / bandwidth
+    assert cost.t_verify(0) == pytest.approx(t0, rel=1e-12) == cost.pass_time(target)
+    mats = n["total"] - n["norms"]
+    low = (0.5 * mats + 2 * n["norms"] + 2 * n["kv"] * 513) / 3.35e12
+    assert cost.pass_time(model_footprint(model, bits=4)) == pytest.approx(low, rel=1e-12)
+    assert round(low / t0, 4) == 0.2818
+    head_t = (2 * n["head"] + 2 * n["head_kv"] * 513) / 3.35e12
+    assert cost.pass_time(eagle) == pytest.approx(head_t, rel=1e-12) and round(head_t / t0, 4) == 0.2330
+
+
+@pytest.mark.needs_llm
+def test_a_tied_tiny_model_counts_its_embedding_once_as_the_lm_head():
+    torch = pytest.importorskip("torch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from brwsim.llm.drafters._hf import model_footprint
+    from brwsim.speedup import shape_of_hf
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=11, num_hidden_layers=2, hidden_size=16, intermediate_size=32, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=True)  # fmt: skip
+    model = LlamaForCausalLM(cfg)
+    assert model.get_input_embeddings().weight is model.lm_head.weight
+    layer = 2 * 16 * 16 + 2 * 16 * 8 + 3 * 16 * 32 + 2 * 16
+    total = 2 * layer + 16 + 11 * 16  # the tied matrix once
+    assert model_footprint(model).params == total == shape_of_hf(model).params
+    assert model_footprint(model, keep=[0]).params == total - layer
+
+
+def test_plan_from_json_re_derives_a_saved_drafter_on_the_hardware_asked(tmp_path, capsys):
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(_saved_run(True)))
+    code, out = _plan(capsys, "--from-json", str(f), "--hardware", "h100", "--params", "1000", "--json")
+    d = json.loads(out.out)["tables"][1]["draft_cost"]
+    # bf16 target and KV cache, L = 512, memory-bound: (1000 x 0.5 + 2 x 2 x 513) / (1000 x 2 + 2 x 2 x 513)
+    assert code == 0 and d["fraction"] == pytest.approx(2552 / 4052, rel=1e-12) and d["fraction"] != 0.2
+    csv = tmp_path / "cost.csv"
+    csv.write_text("P,seconds\n0,1.0\n1,1.0\n")
+    code, out = _plan(capsys, "--from-json", str(f), "--hardware", f"csv:{csv}", "--bytes-per-param", "4",
+                      "--context", "9", "--json")  # fmt: skip
+    d = json.loads(out.out)["tables"][1]["draft_cost"]
+    assert code == 0 and d["fraction"] == pytest.approx((500 + 80) / (4000 + 80), rel=1e-12)
+    assert "at 4 B per value (--bytes-per-param), L = 9" in d["label"]
+
+
+def test_plan_acceptance_near_one_grows_a_deep_chain_without_recursion(capsys):
+    code, out = _plan(capsys, "--acceptance", "0.99", "--hardware", "custom:bw=1e12,flops=1e18", "--params", "1e9",
+                      "--P", "1024", "--P-max", "2048", "--json")  # fmt: skip
+    d = json.loads(out.out)
+    assert code == 0 and [r["P"] for r in d["sequoia"]] == [1024, 2048] and d["sequoia"][-1]["depth"] == 2048

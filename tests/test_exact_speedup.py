@@ -599,14 +599,16 @@ def test_from_simulation_reads_the_result():
 
 def test_modelled_draft_cost_from_the_drafters_fraction():
     cost = TableCost({0: 2.0, 4: 3.0})
-    d = modelled_draft_cost(cost, SimpleNamespace(name="ee", draft_fraction=0.25))
-    label = "ee: 0.25 of a decoding step per pass (bytes read, from its footprint)"
+    # a run saved without footprints: its fraction as it is, and the label says where it comes from
+    d = modelled_draft_cost(cost, SimpleNamespace(name="ee", draft_fraction=0.25, footprint=None))
+    label = "ee: 0.25 of a decoding step per pass (the run's saved fraction, at the dtype that run loaded the target "
+    label += "in and L = 256: the run saved no footprints to re-derive it here)"
     assert d == DraftCost(0.5, "P", label, "derived", fraction=0.25)
     assert d.t_draft(4) == 2.0
-    assert modelled_draft_cost(cost, SimpleNamespace(name="x", draft_fraction=None)) == DraftCost(
+    assert modelled_draft_cost(cost, SimpleNamespace(name="x", draft_fraction=None, footprint=None)) == DraftCost(
         0.0, "P", "x: unknown (not counted)", "none"
     )
-    assert modelled_draft_cost(cost, SimpleNamespace(name="y", draft_fraction=0.0)) == DraftCost(
+    assert modelled_draft_cost(cost, SimpleNamespace(name="y", draft_fraction=0.0, footprint=None)) == DraftCost(
         0.0, "P", "y: no model pass (proposals from the context)", "none"
     )
 
@@ -617,7 +619,12 @@ def test_from_llm_tables_per_task_and_drafter():
     def drafter(name, frac, ex):
         calls = []
         d = SimpleNamespace(
-            name=name, draft_fraction=frac, builders=["other", "topq"], ex=lambda b: calls.append(b) or ex, calls=calls
+            name=name,
+            draft_fraction=frac,
+            builders=["other", "topq"],
+            ex=lambda b: calls.append(b) or ex,
+            calls=calls,
+            footprint=None,
         )
         return d
 
@@ -801,12 +808,14 @@ def test_measure_cost_and_draft_cost_from_known_times(monkeypatch):
     d = measure_draft_cost(dr, context=11, repeats=3)
     assert timers == [(src, 11, 0)]
     half = float(scipy.stats.t.ppf(0.975, 2)) * 0.001 / 3**0.5  # Student t, 2 degrees of freedom: s = 0.001
-    label = "dr: 3.000 ms per pass measured here (median of 3), one pass per drafted token"
-    assert d == DraftCost(0.003, "P", label, "measured", pytest.approx(half), None, None, 3)
+    label = "dr: 3.000 ms per pass measured here (mean of 3), one pass per drafted token"
+    assert d == DraftCost(pytest.approx(0.003), "P", label, "measured", pytest.approx(half), None, None, 3)
     tgt = SimpleNamespace(name="target")
     d = measure_draft_cost(dr, tgt, context=11, repeats=3)  # interleaved with the target's step: ratios .4 .1 .25
-    assert timers[-2:] == [(src, 11, 0), (tgt, 11, 0)] and d.t_step == 0.012 and d.fraction == pytest.approx(0.25)
-    assert "0.250 of the target's step in the same rounds" in d.label
+    assert timers[-2:] == [(src, 11, 0), (tgt, 11, 0)] and d.t_step == pytest.approx(0.014)
+    # the mean ratio with the Student t half-width of that mean over the rounds (s = 0.15)
+    assert d.fraction == pytest.approx(0.25) and d.fraction_ci95 == pytest.approx(half * 150)
+    assert "0.250 +- 0.373 of the target's step in the same rounds" in d.label
     assert measure_draft_cost(SimpleNamespace(name="p", timing_source=lambda: None)) is None
     head = SimpleNamespace(name="head", pass_timer=lambda context, seed: ("timer", context, seed))
     seen_calls = []

@@ -49,7 +49,8 @@ def main(argv=None) -> None:
             "h100": DraftCost(h100.pass_time(d.footprint()), "P", name, "derived"),
         }
         t = h100.pass_time(d.footprint())
-        print(f"{name}: CPU fraction {frac:.3f} (t interval of the pass {m.t_pass_ci95 if m else 0:.4f} s); "
+        ci = f" +- {m.fraction_ci95:.3f}" if m and m.fraction_ci95 is not None else ""
+        print(f"{name}: CPU fraction {frac:.3f}{ci} (mean over rounds of pass / step, Student t 95%); "
               f"H100 pass {1e3 * t:.4f} ms = {t / h100.t_verify(0):.3f} of the step")  # fmt: skip
     for label in dict.fromkeys(x["law"] for x in rows if x["statistic"] == "oracle"):
         task = label.split("/")[-1]

@@ -99,7 +99,9 @@ def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
             for t in d["tasks"]:
                 _check_rows(t["results"], path)
             cost = verify_cost(args.hardware, P=_Ps(d["tasks"][0]["results"]), **cost_kw)
-            return fixed_grid(from_llm(run_from_dict(d), cost, task=args.task), SAVED)
+            run = run_from_dict(d)
+            tables = from_llm(run, cost, task=args.task, bytes_per_param=args.bytes_per_param, context=args.context)
+            return fixed_grid(tables, SAVED)
         if isinstance(d, dict) and "results" in d:
             ex = _check_rows(d["results"], path)
             cost = verify_cost(args.hardware, P=_Ps(d["results"]), **cost_kw)
@@ -215,7 +217,7 @@ def _model_tables(args, P, cost_kw) -> list[SpeedupTable]:
     draft = {}
     for d in drafters:  # measured here on cpu-measured (interleaved with the target's step), else derived
         dc = measure_draft_cost(d, source, context=args.context, repeats=args.repeats) if hw == "cpu-measured" else None
-        draft[d.name] = dc or derived_draft_cost(cost, d)
+        draft[d.name] = dc or derived_draft_cost(cost, d, args.bytes_per_param, args.context)
     run = run_llm(opts, source=source, opened=(drafters, cal))
     return fixed_grid(from_llm(run, cost, task=args.task, draft_costs=draft), MEASURED_UP_TO)
 
@@ -262,7 +264,8 @@ def _acceptance_cmd(args) -> int:
         if b.P:
             paths = next(r for r in trees if r["P"] == b.P)["paths"]
             width = [sum(len(p) == d for p in paths) for d in range(1, max(map(len, paths)) + 1)]
-            print(f"tree at P = {b.P}: nodes per level {width} (--json lists every budget's rank paths)")
+            levels = str(width) if len(width) <= 32 else f"{str(width[:16])[:-1]}, ... ({len(width)} levels)]"
+            print(f"tree at P = {b.P}: nodes per level {levels} (--json lists every budget's rank paths)")
 
     return emit(args, {"tables": [t.to_dict() for t in tables], "sequoia": trees}, show)
 

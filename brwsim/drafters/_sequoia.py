@@ -62,19 +62,18 @@ def sequoia_dp(a, n: int, depth: int | None = None) -> tuple[float, list[tuple[i
             Vt[lev, m] = H[lev, 0, m]
 
     paths: list[tuple[int, ...]] = []
-
-    def build(lev, m, prefix):
+    stack = [(L, n, ())]  # (levels left, nodes to place, prefix): an explicit stack, a chain may be 4096 deep
+    while stack:
+        lev, m, prefix = stack.pop()
         for k in range(K):
-            j = choice[lev, k, m]
+            if m == 0:
+                break
+            j = int(choice[lev, k, m])
             if j > 0:
                 node = prefix + (k,)
                 paths.append(node)
-                build(lev if depth is None else lev - 1, j - 1, node)
+                stack.append((lev if depth is None else lev - 1, j - 1, node))
                 m -= j
-            if m == 0:
-                break
-
-    build(L, n, ())
     return float(Vt[L, n]), sorted(paths, key=lambda t: (len(t), t))
 
 

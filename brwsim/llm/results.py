@@ -114,6 +114,10 @@ class DrafterResult:
     check: CheckResult | None
     drafter_passes: int
     draft_fraction: float | None = None  # cost of one drafter pass / one target decoding step (None: no passes)
+    # PassFootprint.to_dict() of one drafter pass and of the target's decoding step: a planner re-derives the pass
+    # on its own cost model from these (the fraction above is at the dtype and context of the run)
+    footprint: dict | None = None
+    target_footprint: dict | None = None
 
     def ex(self, builder: str | None = None) -> list[tuple[int, float, float]]:
         """``(P, mean, ci95)`` of one builder's trees (default: the best builder at each P)."""
@@ -128,14 +132,28 @@ class DrafterResult:
         d = {"name": self.name, "prompts": self.prompts, "info": self.info, "builders": list(self.builders)}
         d |= {"stats": self.stats, "results": [r.to_dict() for r in self.rows]}
         d |= {"check": self.check.to_dict() if self.check else {}, "drafter_passes": self.drafter_passes}
-        return d | {"draft_fraction": self.draft_fraction}
+        d |= {"draft_fraction": self.draft_fraction}
+        if self.footprint is not None:
+            d |= {"footprint": self.footprint, "target_footprint": self.target_footprint}
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> DrafterResult:
         rows = [DrafterRow.from_dict(r, d["builders"]) for r in d["results"]]
         check = CheckResult(**d["check"]) if d.get("check") else None
         return cls(d["name"], d["prompts"], d.get("info", {}), list(d["builders"]), d.get("stats", {}), rows,
-                   check, d.get("drafter_passes", 0), d.get("draft_fraction"))  # fmt: skip
+                   check, d.get("drafter_passes", 0), d.get("draft_fraction"), d.get("footprint"),
+                   d.get("target_footprint"))  # fmt: skip
+
+
+def footprint_fields(drafter) -> dict:
+    """``footprint`` and ``target_footprint`` of a :class:`DrafterResult` for an opened drafter: the
+    :class:`~brwsim.llm.drafters._base.PassFootprint` dicts of its pass and of the target's step (empty when it
+    declares none)."""
+    fp, tf = drafter.footprint(), getattr(drafter, "target_footprint", None)
+    if fp is None or (tf is None and not fp.empty):
+        return {}
+    return {"footprint": fp.to_dict(), "target_footprint": tf.to_dict() if tf is not None else None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,4 +247,4 @@ def run_from_dict(d: dict) -> RunResult:
 
 
 __all__ = ["CheckResult", "DrafterResult", "DrafterRow", "OracleRow", "RunResult", "TaskResult", "Timing",
-           "run_from_dict"]  # fmt: skip
+           "footprint_fields", "run_from_dict"]  # fmt: skip

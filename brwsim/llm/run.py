@@ -32,7 +32,7 @@ from .drafters import (
     teacher_forced,
 )
 from .measure import summarize_task
-from .results import RunResult, TaskResult, Timing
+from .results import RunResult, TaskResult, Timing, footprint_fields
 from .sources import Recorder, check_model, check_temperature, load_prompts, load_source
 from .sources._hf import check_max_prompt_tokens, check_threads
 from .sources._rounds import run_concurrently
@@ -218,7 +218,8 @@ def _task(task: str, pairs: list, drafters, cal, opts: RunOptions) -> TaskResult
     for j, d in enumerate(drafters):
         info = dict(d.info) | ({"heldout": cal[j].to_dict()} if cal[j] else {})
         drs = [x[j] for _, x in pairs]
-        out.append(summarize_drafter_task(drs, [r.oracle.values for r in rs], opts.P, info, d.cost_fraction()))
+        s = summarize_drafter_task(drs, [r.oracle.values for r in rs], opts.P, info, d.cost_fraction())
+        out.append(dataclasses.replace(s, **footprint_fields(d)))
     return dataclasses.replace(t, drafters=out)
 
 

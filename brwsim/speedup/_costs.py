@@ -321,9 +321,10 @@ class DraftCost:
     """t_draft(P) = passes(P) x ``t_pass``: ``passes`` is ``"P"`` (one drafter pass per drafted token, as a
     best-first or chain drafter needs) or a fixed number of passes per tree (a drafter that drafts level by level).
 
-    A measured cost also carries ``t_pass_ci95`` (the Student t 95% half-width of the mean pass time over the
-    ``repeats``), ``t_step`` (the target's decoding step timed in the same interleaved rounds) and ``fraction``
-    (the median over rounds of pass / step); a derived one its ``fraction`` of the target's step."""
+    A measured cost also carries ``t_pass_ci95`` (``t_pass`` is the mean pass time over the ``repeats``, this the
+    Student t 95% half-width of that mean), ``t_step`` (the target's mean decoding step, timed in the same
+    interleaved rounds), ``fraction`` (the mean over rounds of pass / step) and ``fraction_ci95`` (its Student t
+    95% half-width); a derived one its ``fraction`` of the target's step."""
 
     t_pass: float = 0.0
     passes: str | int = "P"
@@ -333,6 +334,7 @@ class DraftCost:
     t_step: float | None = None
     fraction: float | None = None
     repeats: int = 0
+    fraction_ci95: float | None = None
 
     def n_passes(self, P: int) -> int:
         if P == 0:

@@ -12,6 +12,7 @@ import dataclasses
 import math
 
 from ..errors import BrwsimError
+from ..llm.drafters._hf import read_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,10 +113,11 @@ def model_shape(name: str | None = None, params: float | None = None) -> ModelSh
 
 
 def shape_of_hf(model, name: str = "hf") -> ModelShape:
-    """The shape of a loaded ``transformers`` model (parameters counted once when tied)."""
+    """The shape of a loaded ``transformers`` model: the parameters a decoding step reads (each tensor once; an
+    untied input embedding, a lookup, left out: :func:`brwsim.llm.drafters._hf.read_params`)."""
     cfg = getattr(model.config, "text_config", None) or model.config
     heads = int(cfg.num_attention_heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
     kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
-    params = float(sum(p.numel() for p in model.parameters()))
+    params = read_params(model)
     return ModelShape(name, params, int(cfg.num_hidden_layers), kv, head_dim, heads * head_dim)

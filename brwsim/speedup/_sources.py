@@ -51,9 +51,10 @@ def measure_draft_cost(drafter, target=None, context: int = 256, repeats: int = 
     (:meth:`~brwsim.llm.drafters.Drafter.pass_timer`, e.g. the EAGLE head's pass; else a decoding step of its own
     model, :meth:`~brwsim.llm.drafters.Drafter.timing_source`), one pass per drafted token. With the ``target``
     source, its decoding step is timed in the same interleaved rounds (one target step, one drafter pass per
-    round, a warm-up round first), and the cost carries the median ratio pass / step. ``t_pass`` is the median of
-    the ``repeats``; ``t_pass_ci95`` the Student t half-width of their mean. None when the drafter has no pass
-    of its own to time (a proposer)."""
+    round, a warm-up round first), and the cost carries the mean over rounds of the ratio pass / step
+    (``fraction``) with the Student t half-width of that mean (``fraction_ci95``). ``t_pass`` is the mean of the
+    ``repeats`` and ``t_pass_ci95`` the Student t half-width of that mean (``t_step``: the target's mean step).
+    None when the drafter has no pass of its own to time (a proposer)."""
     timer = drafter.pass_timer(context, seed) if hasattr(drafter, "pass_timer") else None
     if timer is None:
         src = drafter.timing_source()
@@ -67,13 +68,22 @@ def measure_draft_cost(drafter, target=None, context: int = 256, repeats: int = 
     device = device or getattr(getattr(drafter, "src", None), "device", None)
     times = interleaved_times(calls, repeats=repeats, device=device)
     ts = times["draft"]
-    t = statistics.median(ts)
-    ci = mean_ci95(ts)[1] if len(ts) > 1 else None
-    step = statistics.median(times["target"]) if target is not None else None
-    frac = statistics.median(d / s for d, s in zip(ts, times["target"], strict=True)) if target is not None else None
-    label = f"{drafter.name}: {1e3 * t:.3f} ms per pass measured here (median of {len(ts)}"
-    label += f"; {frac:.3f} of the target's step in the same rounds)" if frac is not None else ")"
-    return DraftCost(t, "P", label + ", one pass per drafted token", "measured", ci, step, frac, len(ts))
+    t, ci = _mean_ci(ts)
+    step = frac = frac_ci = None
+    if target is not None:
+        step = _mean_ci(times["target"])[0]
+        frac, frac_ci = _mean_ci([d / s for d, s in zip(ts, times["target"], strict=True)])
+    label = f"{drafter.name}: {1e3 * t:.3f} ms per pass measured here (mean of {len(ts)}"
+    if frac is not None:
+        label += f"; {frac:.3f}" + (f" +- {frac_ci:.3f}" if frac_ci is not None else "")
+        label += " of the target's step in the same rounds"
+    return DraftCost(t, "P", label + "), one pass per drafted token", "measured", ci, step, frac, len(ts), frac_ci)
+
+
+def _mean_ci(x) -> tuple[float, float | None]:
+    """(mean, Student t 95% half-width of the mean; None for one value)."""
+    m, c = mean_ci95(x)
+    return m, (c if len(x) > 1 else None)
 
 
 def cpu_roofline(source, context: int = 256, overhead: float = 0.0, peaks: Peaks | None = None) -> RooflineCost:

@@ -17,6 +17,7 @@ import numpy as np
 from .._stats import CONVENTION
 from ..errors import BrwsimError
 from ..estimate import SimulationResult
+from ..llm.drafters._base import PassFootprint
 from ..llm.drafters._report import fixed_builder
 from ..llm.results import DrafterResult, RunResult
 from ._costs import ORACLE, DraftCost, RooflineCost, VerifyCost, isotonic_fit
@@ -132,53 +133,93 @@ def from_simulation(res: SimulationResult, cost: VerifyCost, draft: DraftCost = 
     return speedup_table(ex, cost, draft, drafter=res.drafter, source=f"simulate {res.law} ({res.trees} trees)")
 
 
-def modelled_draft_cost(cost: VerifyCost, d: DrafterResult) -> DraftCost:
-    """A real drafter's cost from a saved run: one pass costs ``d.draft_fraction`` of a plain decoding step (the
-    fraction derived from the drafter's and the target's footprints when the run was made, at the target's dtype
-    of that run: :meth:`brwsim.llm.drafters.Drafter.cost_fraction`; zero for a proposer), one pass per drafted
-    token. With the drafter opened, :func:`derived_draft_cost` derives it on this cost model instead."""
+def footprint_cost(
+    cost: VerifyCost,
+    name: str,
+    fp: PassFootprint,
+    tf: PassFootprint | None,
+    bytes_per_param: float = 2.0,
+    context: int = 512,
+    where: str = "",
+) -> DraftCost:
+    """One pass of footprint ``fp`` beside the target's step ``tf``, one pass per drafted token. On a roofline both
+    go through it (:meth:`RooflineCost.pass_time`: weights at their own bits, the target's and the KV caches at its
+    bytes per parameter, its context): a pass costs pass_time(fp) / pass_time(tf) of t_verify(0), which is
+    pass_time(fp) itself when the roofline is that target's. On any other cost (a table, a measured or achieved
+    cost) the fraction of bytes read, the target's weights and every KV cache at the cost's own bytes per parameter
+    and context where it has them, else at ``bytes_per_param`` (``--bytes-per-param``) and ``context``."""
+    if fp.empty:
+        return DraftCost(0.0, "P", f"{name}: no model pass (proposals from the context){where}", "none")
+    t0 = cost.t_verify(0)
+    if isinstance(cost, RooflineCost):
+        tp = cost.pass_time(fp)
+        frac = tp / (cost.pass_time(tf) if tf is not None else t0)
+        kvb = cost.bytes_per_param if cost.kv_bytes is None else cost.kv_bytes
+        mb = fp.nbytes(cost.bytes_per_param, kvb, cost.context) / 1e6
+        label = f"{name}: {1e3 * frac * t0:.4g} ms per pass on the roofline ({mb:.4g} MB read: {fp.what}){where}"
+        return DraftCost(frac * t0, "P", label, "derived", fraction=frac)
+    if tf is None:
+        return DraftCost(0.0, "P", f"{name}: unknown (no target footprint; not counted)", "none")
+    own = hasattr(cost, "bytes_per_param")
+    b = float(cost.bytes_per_param if own else bytes_per_param)
+    L = int(getattr(cost, "context", context))
+    frac = fp.nbytes(b, b, L) / tf.nbytes(b, b, L)
+    whose = "the cost model's" if own else "--bytes-per-param"
+    label = (f"{name}: {frac:.3g} of a decoding step per pass (bytes read, from its footprint; the target's weights "
+             f"and KV caches at {b:g} B per value ({whose}), L = {L}){where}")  # fmt: skip
+    return DraftCost(t0 * frac, "P", label, "derived", fraction=frac)
+
+
+def modelled_draft_cost(
+    cost: VerifyCost, d: DrafterResult, bytes_per_param: float = 2.0, context: int = 512
+) -> DraftCost:
+    """A real drafter's cost from a saved run: re-derived on this cost model from the footprints the run saved
+    (:func:`footprint_cost`; one pass per drafted token). A run saved without footprints gives only its
+    ``draft_fraction``, derived at the dtype the run loaded the target in and L = 256: used as it is, and the label
+    says so. Zero for a proposer."""
+    if d.footprint is not None:
+        fp = PassFootprint.from_dict(d.footprint)
+        tf = PassFootprint.from_dict(d.target_footprint) if d.target_footprint is not None else None
+        return footprint_cost(cost, d.name, fp, tf, bytes_per_param, context, " (from the run's saved footprints)")
     if d.draft_fraction is None:
         return DraftCost(0.0, "P", f"{d.name}: unknown (not counted)", "none")
     if d.draft_fraction == 0:
         return DraftCost(0.0, "P", f"{d.name}: no model pass (proposals from the context)", "none")
-    label = f"{d.name}: {d.draft_fraction:.3g} of a decoding step per pass (bytes read, from its footprint)"
+    label = f"{d.name}: {d.draft_fraction:.3g} of a decoding step per pass (the run's saved fraction, at the dtype "
+    label += "that run loaded the target in and L = 256: the run saved no footprints to re-derive it here)"
     return DraftCost(cost.t_verify(0) * d.draft_fraction, "P", label, "derived", fraction=d.draft_fraction)
 
 
-def derived_draft_cost(cost: VerifyCost, drafter) -> DraftCost:
+def derived_draft_cost(cost: VerifyCost, drafter, bytes_per_param: float = 2.0, context: int = 512) -> DraftCost:
     """An opened real drafter's cost derived from what one pass reads and computes (its
-    :meth:`~brwsim.llm.drafters.Drafter.footprint`): on a roofline, the pass through the same roofline as the
-    target (:meth:`RooflineCost.pass_time`: its weights at their own bits, the target's at the roofline's
-    bytes per parameter); on any other cost, its :meth:`~brwsim.llm.drafters.Drafter.cost_fraction` of the
-    target's step t_verify(0). One pass per drafted token."""
+    :meth:`~brwsim.llm.drafters.Drafter.footprint`, beside its ``target_footprint``): :func:`footprint_cost`, one
+    pass per drafted token; unknown (not counted) for a drafter that declares no footprint."""
     fp = drafter.footprint()
-    if fp is not None and fp.empty:
-        return DraftCost(0.0, "P", f"{drafter.name}: no model pass (proposals from the context)", "none")
-    t0 = cost.t_verify(0)
-    if fp is not None and isinstance(cost, RooflineCost):
-        t = cost.pass_time(fp)
-        kvb = cost.bytes_per_param if cost.kv_bytes is None else cost.kv_bytes
-        mb = fp.nbytes(cost.bytes_per_param, kvb, cost.context) / 1e6
-        label = f"{drafter.name}: {1e3 * t:.4g} ms per pass on the roofline ({mb:.4g} MB read: {fp.what})"
-        return DraftCost(t, "P", label, "derived", fraction=t / t0)
-    f = drafter.cost_fraction(getattr(cost, "context", 256))
-    if f is None:
+    if fp is None:
         return DraftCost(0.0, "P", f"{drafter.name}: unknown (not counted)", "none")
-    label = f"{drafter.name}: {f:.3g} of a decoding step per pass (bytes read, from its footprint)"
-    return DraftCost(t0 * f, "P", label, "derived", fraction=f)
+    tf = getattr(drafter, "target_footprint", None)
+    return footprint_cost(cost, drafter.name, fp, tf, bytes_per_param, context)
 
 
-def from_llm(run: RunResult, cost: VerifyCost, task: str | None = None, draft_costs=None) -> list[SpeedupTable]:
+def from_llm(
+    run: RunResult,
+    cost: VerifyCost,
+    task: str | None = None,
+    draft_costs=None,
+    bytes_per_param: float = 2.0,
+    context: int = 512,
+) -> list[SpeedupTable]:
     """Speedup tables of a real-model run (a :class:`brwsim.llm.results.RunResult`): per task, the oracle (the speed
     of light) and every real drafter's tree of the builder fixed in advance (top-P-by-Q, or the lookup tree;
     :func:`brwsim.llm.drafters._report.fixed_builder`) at each P, with its draft cost: ``draft_costs[name]`` when given
-    (measured here), else :func:`modelled_draft_cost`."""
+    (measured here), else :func:`modelled_draft_cost` (``bytes_per_param`` and ``context``: the target's weight
+    and KV width and the context for a cost model that has none of its own, a table)."""
     out = []
     for t in run.task(task):
         src = f"{run.model}/{t.task} ({t.prompts} prompts)"
         out.append(speedup_table(t.ex(), cost, source=src))
         for d in t.drafters:
-            draft = (draft_costs or {}).get(d.name) or modelled_draft_cost(cost, d)
+            draft = (draft_costs or {}).get(d.name) or modelled_draft_cost(cost, d, bytes_per_param, context)
             fixed = fixed_builder(d.builders)  # fixed in advance: no choice made on the scored prompts
             ex = d.ex(fixed)
             if ex:
@@ -202,16 +243,19 @@ def grown_table(
     make: Callable[[list[int]], SpeedupTable], P: Sequence[int], cost: VerifyCost, P_cap: int = P_CAP
 ) -> SpeedupTable:
     """``make(P_list)``'s table, its grid grown until the best budget is interior: while the best is the largest P
-    tried, the largest P is doubled and the table made again, up to ``P_cap`` and as far as the cost model covers.
-    Where it stops at the edge, the table's ``limit`` says why: its answer is "at least P_max, still rising"."""
+    tried, the largest P is doubled (or raised to ``P_cap`` where doubling would pass it) and the table made again,
+    up to ``P_cap`` and as far as the cost model covers. Where it stops at the edge, the table's ``limit`` says why:
+    its answer is "at least P, still rising". Budgets given past ``P_cap`` are kept, and the grid is not grown."""
     Ps = sorted({int(p) for p in P})
     while True:
         t = make(Ps)
         if not t.at_edge():
             return t
-        nxt = 2 * Ps[-1]
-        if nxt > P_cap:
+        if Ps[-1] > P_cap:
+            return dataclasses.replace(t, limit=f"the budgets given pass P_max = {P_cap}: the grid was not grown")
+        if Ps[-1] == P_cap:
             return dataclasses.replace(t, limit=f"the grid stops at P_max = {P_cap}")
+        nxt = min(2 * Ps[-1], P_cap)
         if not covers(cost, nxt):
             return dataclasses.replace(t, limit=f"the cost model gives no time past P = {Ps[-1]}")
         Ps.append(nxt)

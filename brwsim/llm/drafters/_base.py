@@ -122,17 +122,18 @@ class Drafter(abc.ABC):
         """What one drafter pass reads and computes (:class:`PassFootprint`); None: not declared."""
         return None
 
-    def cost_fraction(self, context: int = 256) -> float | None:
+    def cost_fraction(self, context: int = 256, bytes_per_param: float | None = None) -> float | None:
         """One drafter pass as a fraction of one target decoding step after ``context`` tokens, derived from the
-        two footprints: bytes read (weights at their own bits, the target's at ``target_bits``, KV caches at the
-        target's dtype), what bounds a decoding step at batch 1. 0 for no model pass; None: unknown."""
+        two footprints: bytes read (weights at their own bits, the target's and every KV cache at
+        ``bytes_per_param``; None: the target's dtype as loaded, ``target_bits``), what bounds a decoding step at
+        batch 1. 0 for no model pass; None: unknown."""
         fp = self.footprint()
         if fp is not None and fp.empty:
             return 0.0
         tf = self.target_footprint
         if fp is None or tf is None:
             return None
-        b = self.target_bits / 8.0
+        b = self.target_bits / 8.0 if bytes_per_param is None else float(bytes_per_param)
         return fp.nbytes(b, b, context) / tf.nbytes(b, b, context)
 
     def timing_source(self):

@@ -15,16 +15,17 @@ def model_footprint(
     model, keep: Sequence[int] | None = None, bits: float | None = None, what: str = ""
 ) -> PassFootprint:
     """The :class:`PassFootprint` of one decoding step of a transformers decoder with only decoder layers ``keep``
-    (0-based; None: all): every parameter outside the decoder layers (embeddings, final norm, LM head; tied
-    matrices counted once) and those of the kept layers; with ``bits``, every matrix (2-D weight) at ``bits`` bits
-    and the rest (norms) at the target's dtype. KV cache: keys and values of the kept layers."""
+    (0-based; None: all): every parameter outside the decoder layers (final norm, LM head) and those of the kept
+    layers, but not an untied input embedding (a lookup of one row, :func:`lookup_ids`; a tied one is counted
+    once, as the LM head); with ``bits``, every matrix (2-D weight) at ``bits`` bits and the rest (norms) at the
+    target's dtype. KV cache: keys and values of the kept layers."""
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
         raise BrwsimError(f"a footprint needs a decoder-only model with model.layers; {type(model).__name__} has not")
     keep = range(len(layers)) if keep is None else list(keep)
-    in_layers = {id(p) for layer in layers for p in layer.parameters()}
+    skip = {id(p) for layer in layers for p in layer.parameters()} | lookup_ids(model)
     kept = {id(p): p for i in keep for p in layers[i].parameters()}
-    params = {id(p): p for p in model.parameters() if id(p) not in in_layers} | kept
+    params = {id(p): p for p in model.parameters() if id(p) not in skip} | kept
     mats = float(sum(p.numel() for p in params.values() if p.ndim == 2))
     rest = float(sum(p.numel() for p in params.values() if p.ndim != 2))
     weights = ((mats, bits), (rest, None)) if bits is not None else ((mats + rest, None),)
@@ -34,6 +35,24 @@ def model_footprint(
     kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
     n = len(keep)
     return PassFootprint(weights, 2 * n * kv * head_dim, n, heads * head_dim, what)
+
+
+def lookup_ids(model) -> set[int]:
+    """Ids of the input embedding's parameters when it is not the LM head's tensor: a decoding step looks up one
+    row of it and reads none of the rest. Empty when the two are tied (the matrix is read once, as the LM head)."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if emb is None:
+        return set()
+    tied = {id(p) for p in head.parameters()} if head is not None else set()
+    return {id(p) for p in emb.parameters() if id(p) not in tied}
+
+
+def read_params(model) -> float:
+    """Parameters one decoding step of a transformers model reads: each tensor once, an untied input embedding
+    left out (:func:`lookup_ids`)."""
+    skip = lookup_ids(model)
+    return float(sum(p.numel() for p in model.parameters() if id(p) not in skip))
 
 
 class HFDraftModel(DraftModel):

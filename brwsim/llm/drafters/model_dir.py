@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ..._spec import Spec
@@ -21,7 +22,7 @@ def check_dir(spec: Spec) -> str:
 
 @register("model")
 class ModelDir(HFDraftModel):
-    """Its pass reads its own weights, served at the target's weight dtype, and its own KV cache
+    """Its pass reads its own weights at its own parameter dtype (as loaded) and its own KV cache
     (:func:`._hf.model_footprint` of its model)."""
 
     spec_keys = ({"path"}, set())
@@ -35,5 +36,7 @@ class ModelDir(HFDraftModel):
         src = load_source(path, device=target.device, max_prompt_tokens=target.max_prompt_tokens)
         check_same_tokenizer(target, src.tokenizer, src.vocab_size, where)
         name = f"model:{os.path.basename(os.path.normpath(path))}"
-        fp = model_footprint(src.model, what=f"its own model ({name}) at the target's dtype")
+        bits = 8.0 * float(next(src.model.parameters()).element_size())
+        fp = model_footprint(src.model, what=f"its own model ({name}) at its own dtype ({bits:g} bits)")
+        fp = dataclasses.replace(fp, weights=((fp.params, bits),))
         return cls(src, name, {"path": path}, fp, target)
