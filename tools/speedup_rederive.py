@@ -9,12 +9,17 @@ step (brwsim.speedup.measure_draft_cost; an EAGLE head timed as the quick head),
 The fraction is a ratio of passes taken in the same rounds, so load hits both; the absolute times are not used.
 
     taskset -c 1 python tools/speedup_rederive.py [--repeats 9]
+    python tools/speedup_rederive.py --targets   # only the H100 target-size curves (no model, no timing)
+
+``--targets``: the oracle's curves of ``experiments.speedup`` panel (b) (Llama-shaped 1B, 8B in bf16, 70B with
+8-bit weights, every KV cache in bf16) from results/real_model.jsonl, each grid grown until its best P is interior.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -25,13 +30,16 @@ sys.path.insert(0, str(ROOT))
 from brwsim.llm.drafters import open_drafter  # noqa: E402
 from brwsim.llm.sources import load_source  # noqa: E402
 from brwsim.speedup import DraftCost, TableCost, fixed_grid, measure_draft_cost, speedup_table, verify_cost  # noqa: E402
-from experiments.speedup import MEASURED_UP_TO, _drafter_ex, _ex, timed_spec  # noqa: E402
+from experiments.speedup import KV_BYTES, MEASURED_UP_TO, TARGETS, _drafter_ex, _ex, _gpu_curve, timed_spec  # noqa: E402
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--targets", action="store_true", help="print only the H100 target-size curves' best budgets")
     args = ap.parse_args(argv)
+    if args.targets:
+        return target_curves()
     rows = [json.loads(x) for x in (ROOT / "results/real_drafters.jsonl").read_text().splitlines() if x.strip()]
     with open(ROOT / "results/speedup_cpu_cost.csv") as f:
         r = list(csv.reader(f))
@@ -64,6 +72,19 @@ def main(argv=None) -> None:
                 t = fixed_grid([t], MEASURED_UP_TO)[0]
                 b = t.best
                 print(f"{panel} {task} {name}: best {t.best_text()}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f}")
+
+
+def target_curves() -> None:
+    """The best budget of each H100 target-size curve of ``experiments.speedup`` (its own code, committed rows)."""
+    real = [json.loads(x) for x in (ROOT / "results/real_model.jsonl").read_text().splitlines() if x.strip()]
+    for label in dict.fromkeys(r["law"] for r in real if r["statistic"] == "oracle"):
+        ex = _ex(real, label, "oracle")
+        for target, bpp in TARGETS:
+            gpu = dataclasses.replace(verify_cost("h100", target=target, bytes_per_param=bpp, context=512),
+                                      kv_bytes=KV_BYTES)  # fmt: skip
+            t = _gpu_curve(ex, gpu)
+            print(f"h100 {label} {target} ({8 * bpp:.0f}-bit weights, {8 * KV_BYTES:.0f}-bit KV cache): best "
+                  f"{t.best_text()}, speedup {t.best.speedup:.2f} +- {t.best.speedup_ci95:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
