@@ -69,6 +69,7 @@ def run(
         raise BrwsimError(f"--seed must be an integer from 0 to {SEED_MAX} (a run key holds 32 bits), got {seed}")
     if budget_seconds is not None and not (math.isfinite(budget_seconds) and budget_seconds >= 0):
         raise BrwsimError(f"--budget-seconds must be a finite number >= 0, got {budget_seconds}")
+    common.check_out_root()  # BRWSIM_OUT: a file or a folder that refuses writes is one line before any experiment
     names = _available(EXPERIMENTS)
     if only is not None:
         only = [n.strip() for n in only if n.strip()]

@@ -220,6 +220,16 @@ def test_reproduce_bad_seed_prints_no_progress(capsys, seed):
     assert err.startswith("brwsim: error: --seed must be an integer") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("where", ["file", "below_a_file"])
+def test_reproduce_bad_output_folder_prints_no_progress(capsys, monkeypatch, tmp_path, where):
+    f = tmp_path / "a_file"
+    f.write_text("")
+    monkeypatch.setenv("BRWSIM_OUT", str(f if where == "file" else f / "sub"))
+    assert main(["reproduce", "--quick", "--only", "scaling_in_P"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("brwsim: error: BRWSIM_OUT") and err.count("\n") == 1
+
+
 def test_fixed_law_of_numbers_only():
     for bad in (["abc", 1], [None, 1.0], [True, False]):
         with pytest.raises(BrwsimError, match="probabilities must be numbers"):
