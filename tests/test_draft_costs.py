@@ -62,7 +62,8 @@ def test_derived_draft_cost_on_a_roofline_and_on_a_table():
     d = SimpleNamespace(name="q", footprint=lambda: fp, target_footprint=tf)
     dc = derived_draft_cost(cost, d)
     assert dc.t_pass == 5.0 and dc.fraction == 0.25 and dc.kind == "derived" and dc.t_draft(4) == 20.0
-    assert dc.label == "q: 5000 ms per pass on the roofline (0.0005 MB read: a quarter of the weights)"
+    assert dc.label == ("q: 5000 ms per pass on the roofline, 0.25 of a decoding step (0.0005 MB read against its "
+                        "target's 0.002 MB: a quarter of the weights)")  # fmt: skip
     # a larger target on the roofline: the pass keeps its fraction of the step it was derived against
     big = RooflineCost(HW, ModelShape("big", params=4000.0), 2.0, 9)
     assert derived_draft_cost(big, d).t_pass == 0.25 * big.t_verify(0) == 20.0

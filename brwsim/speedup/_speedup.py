@@ -156,7 +156,10 @@ def footprint_cost(
         frac = tp / (cost.pass_time(tf) if tf is not None else t0)
         kvb = cost.bytes_per_param if cost.kv_bytes is None else cost.kv_bytes
         mb = fp.nbytes(cost.bytes_per_param, kvb, cost.context) / 1e6
-        label = f"{name}: {1e3 * frac * t0:.4g} ms per pass on the roofline ({mb:.4g} MB read: {fp.what}){where}"
+        tb = tf.nbytes(cost.bytes_per_param, kvb, cost.context) if tf is not None else cost.breakdown(0)["bytes"]
+        tmb = tb / 1e6
+        label = f"{name}: {1e3 * frac * t0:.4g} ms per pass on the roofline, {frac:.3g} of a decoding step"
+        label += f" ({mb:.4g} MB read against its target's {tmb:.4g} MB: {fp.what}){where}"
         return DraftCost(frac * t0, "P", label, "derived", fraction=frac)
     if tf is None:
         return DraftCost(0.0, "P", f"{name}: unknown (no target footprint; not counted)", "none")
