@@ -478,3 +478,27 @@ def test_plan_acceptance_near_one_grows_a_deep_chain_without_recursion(capsys):
                       "--P", "1024", "--P-max", "2048", "--json")  # fmt: skip
     d = json.loads(out.out)
     assert code == 0 and [r["P"] for r in d["sequoia"]] == [1024, 2048] and d["sequoia"][-1]["depth"] == 2048
+
+
+@pytest.mark.needs_llm
+def test_a_model_dir_drafter_reads_its_weights_at_its_own_dtype(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    from tiny_llm import tiny_llama
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from brwsim.llm.drafters import open_drafter
+    from brwsim.llm.sources._hf import HFSource
+
+    words = ["<unk>", "a", "b", "c", "d", "e", "f"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=words[0])
+    target = HFSource(tiny_llama(7, n_layers=2).to(torch.bfloat16), tok, name="tiny", threads=1)
+    tiny_llama(7, n_layers=1, seed=1).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    d = open_drafter(f"model:{tmp_path}", target)
+    assert next(d.src.model.parameters()).dtype == torch.float32 and d.target_bits == 16.0
+    layer = 2 * 16 * 16 + 2 * 16 * 8 + 3 * 16 * 32 + 2 * 16
+    assert d.footprint().weights == ((float(layer + 16 + 7 * 16), 32.0),)  # fp32 as loaded, not the target's bf16
