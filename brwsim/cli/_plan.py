@@ -286,7 +286,13 @@ def add_parser(sub) -> None:
     s.add_argument("--hardware", default=None, help=hardware_names())
     s.add_argument("--params", type=float, default=None, help="target parameter count for the roofline, e.g. 8e9")
     s.add_argument("--target", default=None, help=f"target shape preset for the roofline: {target_names()}")
-    s.add_argument("--bytes-per-param", type=float, default=2.0, help="weight bytes per parameter (default 2: bf16)")
+    s.add_argument(
+        "--bytes-per-param",
+        type=float,
+        default=2.0,
+        help="the target's weight and KV bytes per value (default 2: bf16); on a csv: or measured cost, the width a "
+        "real drafter's share of the step is derived at",
+    )
     s.add_argument("--context", type=int, default=512, help="context length L before the tree (default 512)")
     s.add_argument("--overhead", type=float, default=None, help="fixed seconds per target call (roofline)")
     s.add_argument("--repeats", type=int, default=5, help="timed repeats per P for cpu-measured (default 5)")
