@@ -385,6 +385,11 @@ def figure(rows: list[dict]):
     return fig
 
 
+def _pm3(r) -> str:
+    """``mean ± ci95`` to three decimals; the mean alone where a single prompt gives no interval."""
+    return f"{r['mean']:.3f} ± {r['ci95']:.3f}" if r.get("ci95") is not None else f"{r['mean']:.3f} (one prompt)"
+
+
 def _pm(r) -> str:
     c = r["ci95"]
     return f"{r['mean']:.2f} ± {c:.2f}" if c is not None else f"{r['mean']:.2f}"
@@ -421,7 +426,7 @@ def table(rows: list[dict], params: dict) -> str:
             fx = get.get((label, name, "fixed", ck["P"]))
             cells += [f"{ck['mean']:.3f} ± {ck['ci95']:.3f} (P={ck['P']}; {used})",
                       f"{ck['value']:.3f} (z = {ck['z']:+.2f})",
-                      f"{fx['mean']:.3f} ± {fx['ci95']:.3f} ({fx['builder']})" if fx else "n/a"]  # fmt: skip
+                      f"{_pm3(fx)} ({fx['builder']})" if fx else "n/a"]  # fmt: skip
             lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
     lines += ["", "Fractions: the builder fixed in advance (topq for a drafter with a q, lookup_tree for a proposer), "
               "mean of per-prompt ratios with a 95% Student-t interval over the prompts.",

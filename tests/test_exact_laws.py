@@ -344,7 +344,7 @@ def test_log_normalize_and_scale_logits_by_hand():
 def test_check_distribution_messages_and_edges():
     for bad, msg in [
         ([], "at least one probability"),
-        ([[0.5, 0.5]], "at least one probability"),
+        ([[0.5, 0.5]], "must be numbers, found \\[0.5, 0.5\\]"),
         ([0.5, np.nan], "finite"),
         ([1.5, -0.5], ">= 0"),
         ([0.5, 0.4], "sum to"),

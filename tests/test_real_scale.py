@@ -36,7 +36,7 @@ def test_fixed_builder_is_chosen_in_advance():
 def _point(task, pid, oracle, values):
     drafters = [
         {"name": name, "values": v, "stats": None, "xi_q": None, "s_P": None,
-         "check": {"mean": 1.0, "value": 1.0, "se": 0.1, "samples": 10, "P": 2}, "passes": 0}
+         "check": {"builder": "chain", "mean": 1.0, "value": 1.0, "se": 0.1, "samples": 10, "P": 2}, "passes": 0}
         for name, v in values.items()
     ]  # fmt: skip
     return {"task": task, "id": pid, "oracle": oracle, "xi": [[0.5, 1.0, 2.0, 9.0]] * 16, "H": 1.0, "M2": 2.0,
