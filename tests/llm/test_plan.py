@@ -21,9 +21,7 @@ def test_plan_model_with_a_real_drafter_measured_here(capsys, tmp_path):
     assert tables[1]["drafter"].startswith("layerskip:skip=")
     d = tables[1]["draft_cost"]
     assert d["kind"] == "measured" and tables[1]["rows"][1]["t_draft"] > 0
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    assert "layerskip:skip=" in out and "measured here" in out
+    assert "measured here" in d["label"]  # one run (a model run and a timed drafter: the slowest plan case)
 
 
 def test_plan_model_on_a_roofline_derives_the_drafters_pass_from_its_footprint(capsys):
