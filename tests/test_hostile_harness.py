@@ -50,6 +50,8 @@ def test_judge_refusals_and_failures():
     assert hostile.judge(either, _r(2, err=one)) == "refused"
     assert hostile.judge(valid, _r(2, err=one)) == "false_refusal"
     assert hostile.judge(either, _r(2, err="Loading weights: 100%\n" + one)) == "noisy"
+    assert hostile.judge(either, _r(2, err="brwsim plan: error: argument --P: invalid\n")) == "refused"  # argparse
+    assert hostile.judge(either, _r(2, err="error: x\n")) == "noisy"
     assert hostile.judge(either, _r(1, err="Traceback (most recent call last):\n  x\nValueError: y\n")) == "traceback"
     assert hostile.judge(either, _r(1, err="jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED")) == "blowup"
     assert hostile.judge(either, _r(killed="hang")) == "hang"

@@ -34,6 +34,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -146,7 +147,8 @@ def judge(case: Case, r: dict) -> str:
             return "traceback"
         return "stopped" if len(err_lines) == 1 else "noisy"
     if r["code"] == 2:
-        if len(err_lines) != 1 or not err_lines[0].startswith("brwsim: error:") or r["out"].strip():
+        one = len(err_lines) == 1 and re.match(r"brwsim( \w+)?: error: ", err_lines[0])  # the command's or argparse's
+        if not one or r["out"].strip():
             return "noisy"
         return "false_refusal" if case.expect == "valid" else "refused"
     if r["code"] != 0:
