@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..llm.sources._hf import _torch, synchronize
+from ..llm.sources._hf import _torch, additive_mask, synchronize
 
 
 def _tree_inputs(torch, P: int, context: int, dtype, device):
@@ -31,8 +31,7 @@ def _tree_inputs(torch, P: int, context: int, dtype, device):
     for i in range(n):
         path.append((path[parent[i]] if i else []) + [i])
         allowed[i, [context + j for j in path[i]]] = True
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    mask = additive_mask(allowed, dtype)
     pos = torch.tensor([[context + len(p) - 1 for p in path]], device=device)  # context + depth
     return mask[None, None].to(device), pos
 

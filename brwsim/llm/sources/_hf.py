@@ -47,6 +47,14 @@ def _torch():
     return torch
 
 
+def additive_mask(allowed, dtype):
+    """A boolean attention pattern ``allowed`` [queries, keys] as the additive mask transformers takes: 0 where a
+    query may attend, the dtype's most negative finite value elsewhere."""
+    torch = _torch()
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
 def torch_device(device: str = "auto") -> str:
     """The torch device to run on, checked: ``auto`` is the process's own GPU when torch sees one (in a
     multi-process run, GPU ``index % count``), else the CPU; any other name must be a device torch knows and has
@@ -311,8 +319,7 @@ class HFContext(Context):
                 rows.append(i)
                 cols.append(self.L + (self.slots[a] if a in self.slots else slots[a]))
         allowed[torch.tensor(rows), torch.tensor(cols)] = True
-        mask = torch.zeros(allowed.shape, dtype=src.dtype)
-        mask.masked_fill_(~allowed, torch.finfo(src.dtype).min)
+        mask = additive_mask(allowed, src.dtype)
         ids = torch.tensor([[n[-1] for n in nodes]], device=src.device)
         pos = torch.tensor([[self.L + len(n) - 1 for n in nodes]], device=src.device)
         out = src.ask_forward(

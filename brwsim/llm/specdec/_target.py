@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..sources._hf import _torch, synchronize, to_numpy
+from ..sources._hf import _torch, additive_mask, synchronize, to_numpy
 
 
 class TargetSession:
@@ -68,8 +68,7 @@ class TargetSession:
             allowed[i, n : n + k] = True
             allowed[i, [n + index[v[:d]] for d in range(1, len(v) + 1)]] = True
             pos.append(n + k + len(v) - 1)
-        mask = torch.zeros(allowed.shape, dtype=self.src.dtype)
-        mask.masked_fill_(~allowed, torch.finfo(self.src.dtype).min)
+        mask = additive_mask(allowed, self.src.dtype)
         dev = self.src.device
         ids = torch.tensor([self.pending + [int(v[-1]) for v in nodes]], device=dev)
         return ids, torch.tensor([pos], device=dev), mask[None, None].to(dev), index
