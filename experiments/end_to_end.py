@@ -62,12 +62,25 @@ MODEL_DIR_LAYERS = "13-20"  # the model:DIR drafter: the target with these layer
 MODEL_DIR_ROWS = f"layerskip:skip={MODEL_DIR_LAYERS}"  # ... whose E[X] rows and draft cost are this drafter's
 
 
-def settings(quick: bool, seed: int, n: int | None = None, new_tokens: int | None = None) -> dict:
+def settings(
+    quick: bool,
+    seed: int,
+    n: int | None = None,
+    new_tokens: int | None = None,
+    device: str = "cpu",
+    drafters: list[str] | None = None,
+) -> dict:
     head = "eagle-head:quick" if quick else "eagle-head:chat"
-    drafters = ["layerskip:skip=14-17", "lowbit:bits=4", "lookup:n=3", head, "model:DIR"]
+    every = ["layerskip:skip=14-17", "lowbit:bits=4", "lookup:n=3", head, "model:DIR"]
+    if drafters:
+        unknown = [d for d in drafters if d not in every]
+        if unknown:
+            raise SystemExit(f"end_to_end: error: --drafters {','.join(unknown)}: choose from {','.join(every)}")
+        every = [d for d in every if d in drafters]
     n, new_tokens = n or (2 if quick else 16), new_tokens or (32 if quick else 128)
-    return dict(model=MODEL, tasks=list(TASKS), n=n, new_tokens=new_tokens, T=1.0, seed=seed, drafters=drafters,
-                version=brwsim.__version__)  # fmt: skip
+    out = dict(model=MODEL, tasks=list(TASKS), n=n, new_tokens=new_tokens, T=1.0, seed=seed, drafters=every,
+               version=brwsim.__version__)  # fmt: skip
+    return out | ({} if device == "cpu" else {"device": device})
 
 
 def other_Ps(table) -> list[int]:
@@ -84,11 +97,13 @@ def other_Ps(table) -> list[int]:
 # the planner's predictions (experiments/speedup.py, this CPU's panel)
 
 
-def predictions(quick: bool, seed: int) -> dict:
-    """{(task, drafter name): SpeedupTable} of the planner on this CPU."""
-    params = planner.settings(quick, seed)
+def predictions(quick: bool, seed: int, device: str = "cpu", names: list[str] | None = None) -> dict:
+    """{(task, drafter name): SpeedupTable} of the planner on this CPU (or with the target's step and the drafters'
+    passes timed on ``device``); ``names``: only these drafters of the rows (default: every one, timed once for
+    experiments.speedup too)."""
+    params = planner.settings(quick, seed) | {"device": device}
     cpu = planner.cpu_cost(params, params["P"])
-    costs = planner.all_costs(params)
+    costs = planner.all_costs(params) if names is None else planner.drafter_costs(params, names)
     return {(task, name): t for panel, task, name, t in planner.drafter_tables(params, cpu, costs) if panel == "cpu"}
 
 
@@ -130,7 +145,7 @@ def opened(params: dict):
         from brwsim.llm.sources import load_source
 
         _OPEN.clear()
-        target = load_source(params["model"], threads=1)
+        target = load_source(params["model"], threads=1, device=params.get("device", "cpu"))
         out = {}
         for spec in params["drafters"]:
             if spec == "model:DIR":
@@ -283,16 +298,51 @@ def main(argv=None) -> dict:
     ap.add_argument("--n", type=int, default=None, help="prompts per task (default 16; --quick 2)")
     ap.add_argument("--new-tokens", type=int, default=None, help="tokens generated per run (default 128; --quick 32)")
     ap.add_argument("--budget-seconds", type=float, default=None, help="start no new prompt after this many seconds")
+    ap.add_argument("--device", default="cpu", help="torch device of the target and drafters (cpu, cuda, ...); the "
+                    "planner's step and drafter passes are timed there too")  # fmt: skip
+    ap.add_argument("--drafters", default=None, help="comma-separated subset of the drafters (default: all five)")
+    ap.add_argument("--prompts-from", default=None, help="a .jsonl of {task, id, text} rows (as --dump-prompts "
+                    "writes): these prompts instead of the tasks' sources, for a machine without them")  # fmt: skip
+    ap.add_argument("--dump-prompts", default=None, help="write the prompts of this run's order to this .jsonl, exit")
     args = ap.parse_args(argv)
-    params = settings(args.quick, args.seed, args.n, args.new_tokens)
-    tables = predictions(args.quick, args.seed)
+    drafters = args.drafters.split(",") if args.drafters else None
+    params = settings(args.quick, args.seed, args.n, args.new_tokens, args.device, drafters)
+    order = _prompts(params, args.prompts_from)
+    if args.dump_prompts:
+        with open(args.dump_prompts, "w") as f:
+            for p in order:
+                f.write(json.dumps({"task": p.task, "id": p.id, "text": p.text}) + "\n")
+        return {
+            "name": NAME,
+            "figures": [],
+            "rows": 0,
+            "summary": [f"wrote {len(order)} prompts to {args.dump_prompts}"],
+        }
+    subset = sorted(set(_names(params).values())) if drafters else None
+    tables = predictions(args.quick, args.seed, args.device, subset)
     t0 = time.perf_counter()
     points = []
-    for prompt in common.prompt_order(params["tasks"], params["n"], params["seed"]):
+    for prompt in order:
         got = _point(params, prompt, tables, t0, args.budget_seconds)
         if got is not None:
             points += got
     return report(params, points, tables)
+
+
+def _prompts(params: dict, path: str | None) -> list:
+    """This run's prompts: ``n`` per task in experiments.common.prompt_order's interleaved order, or read back from a
+    file that --dump-prompts wrote (the same prompts on a machine that lacks their sources)."""
+    if not path:
+        return common.prompt_order(params["tasks"], params["n"], params["seed"])
+    from brwsim.llm.sources._prompts import Prompt
+
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    out, seen = [], dict.fromkeys(params["tasks"], 0)
+    for r in rows:
+        if r["task"] in seen and seen[r["task"]] < params["n"]:
+            seen[r["task"]] += 1
+            out.append(Prompt(r["task"], r["id"], r["text"]))
+    return out
 
 
 def _point(params: dict, prompt, tables: dict, t0: float, budget: float | None):

@@ -89,10 +89,22 @@ def _read(name: str) -> list[dict]:
     return []
 
 
+def device_of(params: dict) -> str:
+    """The torch device the measured panel times (``cpu``: this CPU, one thread; else a GPU, e.g. ``cuda``)."""
+    return params.get("device", "cpu")
+
+
+def _device_key(params: dict) -> dict:
+    """The device's part of a timing's cache key (none for the CPU, so CPU timings cached before stay valid)."""
+    return {} if device_of(params) == "cpu" else {"device": device_of(params)}
+
+
 def cpu_cost(params: dict, P_list: list[int]) -> TableCost:
-    """The measured t_verify of the shipped model on this CPU: medians of the repeats, fitted non-decreasing in P."""
+    """The measured t_verify of the shipped model on this CPU (or on ``params["device"]``): medians of the repeats,
+    fitted non-decreasing in P."""
     times = cpu_times(params, P_list)
-    return measured_cost(times, f"measured here: {MODEL}, fp32, 1 thread")
+    dev = device_of(params)
+    return measured_cost(times, f"measured here: {MODEL}, fp32, " + ("1 thread" if dev == "cpu" else dev))
 
 
 def cpu_times(params: dict, P_list: list[int]) -> dict[int, list[float]]:
@@ -102,11 +114,12 @@ def cpu_times(params: dict, P_list: list[int]) -> dict[int, list[float]]:
         from brwsim.llm.sources import load_source
         from brwsim.speedup._timing import verify_times
 
-        src = load_source(MODEL, threads=1)
+        src = load_source(MODEL, threads=1, device=device_of(params))
         times = verify_times(src, P_list, context=params["context"], repeats=params["repeats"], seed=params["seed"])
         return [{"P": P, "times": ts} for P, ts in sorted(times.items())]
 
     key = {"what": "cpu_cost", "P": P_list, "machine": platform.machine(), "node": platform.node()}
+    key |= _device_key(params)
     key |= {k: params[k] for k in ("context", "repeats", "seed")} | {"version": brwsim.__version__}
     return {r["P"]: r["times"] for r in common.cached(NAME, key, compute)}
 
@@ -226,7 +239,7 @@ def drafter_costs(params: dict, names: list[str]) -> dict:
         from brwsim.llm.sources import load_source
         from brwsim.speedup import measure_draft_cost
 
-        src = load_source(MODEL, threads=1)
+        src = load_source(MODEL, threads=1, device=device_of(params))
         h100 = verify_cost(GPU, source=src, context=512)
         out = [{"name": "h100", "points": {str(P): h100.t_verify(P) for P in [0, *params["P"]]}}]
         for name in names:
@@ -241,7 +254,7 @@ def drafter_costs(params: dict, names: list[str]) -> dict:
                             "repeats": dc.repeats} if dc else {"t_pass": None})})  # fmt: skip
         return out
 
-    key = {"what": "drafter_costs", "names": names, "P": params["P"], "node": platform.node()}
+    key = {"what": "drafter_costs", "names": names, "P": params["P"], "node": platform.node()} | _device_key(params)
     key |= {k: params[k] for k in ("context", "repeats", "seed")} | {"version": brwsim.__version__}
     return {r["name"]: r for r in common.cached(NAME, key, compute)}
 
@@ -281,6 +294,8 @@ def drafter_tables(params: dict, cpu, costs: dict) -> list[tuple[str, str, str, 
             oracle_t = speedup_table(oracle, cost)
             out.append((panel, task, "oracle (speed of light)", fixed_grid([oracle_t], MEASURED_UP_TO)[0]))
             for name in names:
+                if name not in costs:  # a caller that timed only some drafters (experiments.end_to_end --drafters)
+                    continue
                 ex = _drafter_ex(rows, label, name, P_max)
                 if ex:
                     t = speedup_table(ex, cost, _draft_cost(costs[name], panel, cost.t_verify(0)), drafter=name)

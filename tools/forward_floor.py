@@ -48,7 +48,7 @@ class PassLog:
         inner = source.forward
 
         def forward(**kw):
-            past = kw.get("past_key_values")
+            past = kw.get("cache", kw.get("past_key_values"))
             cached = int(past.get_seq_length()) if past is not None else 0
             f0 = source.forward_seconds
             out = inner(**kw)

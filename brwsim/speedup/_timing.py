@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..llm.sources._hf import _torch, additive_mask, synchronize
+from ..llm.sources._hf import _torch, additive_mask, returned_cache, synchronize, with_cache
 
 
 def _tree_inputs(torch, P: int, context: int, dtype, device):
@@ -47,7 +47,7 @@ def verify_times(
     vocab = int(src.vocab_size)
     ids = torch.tensor([rng.integers(0, vocab, size=context).tolist()], device=src.device)
     with torch.inference_mode():
-        cache = m(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+        cache = returned_cache(m(input_ids=ids, use_cache=True, logits_to_keep=1))
     Ps = sorted({0, *(int(p) for p in P_list)})
     inputs = {
         P: (*_tree_inputs(torch, P, context, src.dtype, src.device), _ids(torch, rng, vocab, P + 1, src)) for P in Ps
@@ -59,7 +59,7 @@ def verify_times(
             with torch.inference_mode():
                 synchronize(src.device)
                 t0 = time.perf_counter()
-                m(input_ids=q, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+                m(input_ids=q, position_ids=pos, attention_mask=mask, use_cache=True, **with_cache(m, cache))
                 synchronize(src.device)  # CUDA runs asynchronously: stop the clock when the pass has finished
                 dt = time.perf_counter() - t0
             cache.crop(-(P + 1))  # drop the tree's slots: every pass sees the same context
@@ -206,13 +206,15 @@ def decode_step_timer(src, context: int = 256, seed: int = 0):
     vocab = int(src.vocab_size)
     ids = torch.tensor([rng.integers(0, vocab, size=context).tolist()], device=src.device)
     with torch.inference_mode():
-        cache = src.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+        cache = returned_cache(src.model(input_ids=ids, use_cache=True, logits_to_keep=1))
     mask, pos = _tree_inputs(torch, 0, context, src.dtype, src.device)
     q = _ids(torch, rng, vocab, 1, src)
 
     def step():
         with torch.inference_mode():
-            src.model(input_ids=q, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+            src.model(
+                input_ids=q, position_ids=pos, attention_mask=mask, use_cache=True, **with_cache(src.model, cache)
+            )
         cache.crop(-1)
 
     return step

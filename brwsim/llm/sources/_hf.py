@@ -27,9 +27,11 @@ too. Other architectures take the path above, one prompt per pass.
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -103,6 +105,36 @@ def synchronize(device: str) -> None:
     """Wait for the device's queued work (CUDA runs asynchronously): call before reading a clock."""
     if str(device).startswith("cuda"):
         _torch().cuda.synchronize(device)
+
+
+@functools.cache
+def _cache_keyword(cls) -> str:
+    return _keyword_of(getattr(cls, "forward", None))
+
+
+def _keyword_of(fn) -> str:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def with_cache(model, cache) -> dict:
+    """The keyword argument passing a KV cache to ``model``'s forward: ``cache`` where this transformers version
+    takes it (it deprecates ``past_key_values``), else ``past_key_values``."""
+    key = _cache_keyword(type(model)) if hasattr(type(model), "forward") else _keyword_of(model)
+    return {key: cache}
+
+
+def returned_cache(out):
+    """The KV cache a forward returned: ``out["cache"]`` in transformers versions that name it so, else
+    ``out.past_key_values``."""
+    if isinstance(out, Mapping):
+        got = out.get("cache")
+        return got if got is not None else out.get("past_key_values")
+    got = getattr(out, "cache", None)
+    return got if got is not None else getattr(out, "past_key_values", None)
 
 
 def to_numpy(t) -> np.ndarray:
@@ -295,7 +327,7 @@ class HFContext(Context):
         ids = torch.tensor([prompt], device=src.device)
         out = src.ask_forward(input_ids=ids, logits_to_keep=1)
         self.passes = 1
-        self.prompt_cache = out.past_key_values
+        self.prompt_cache = returned_cache(out)
         self.root = src.logp_rows(out.logits[0, -1:])[0]
         self.tree_cache = None
         self.slots: dict[tuple[int, ...], int] = {(): -1}
@@ -326,10 +358,10 @@ class HFContext(Context):
             input_ids=ids,
             position_ids=pos,
             attention_mask=mask[None, None].to(src.device),
-            past_key_values=self.tree_cache,
+            **with_cache(src.model, self.tree_cache),
         )
         self.passes += 1
-        self.tree_cache = out.past_key_values
+        self.tree_cache = returned_cache(out)
         rows = src.logp_rows(out.logits[0])
         for i, n in enumerate(nodes):
             self.slots[n] = S + i
@@ -361,9 +393,9 @@ class HFWalker(Walker):
         n = len(tokens)
         ids = torch.tensor([[int(t)] for t in tokens], device=src.device)
         pos = torch.full((n, 1), self.ctx.L + self.depth, device=src.device)
-        out = src.ask_forward(input_ids=ids, position_ids=pos, past_key_values=self.cache)
+        out = src.ask_forward(input_ids=ids, position_ids=pos, **with_cache(src.model, self.cache))
         self.ctx.passes += 1
-        self.cache = out.past_key_values
+        self.cache = returned_cache(out)
         self.depth += 1
         return src.logp_rows(out.logits[:, -1])
 

@@ -102,6 +102,12 @@ def _torch():
 ARCHITECTURES = ("llama", "gemma3_text")  # config.model_type of the models the engine runs
 
 
+def _sync(device) -> None:
+    """Wait for a CUDA device's queued work (a no-op elsewhere)."""
+    if getattr(device, "type", str(device).split(":")[0]) == "cuda":
+        _torch().cuda.synchronize(device)
+
+
 def supported(model) -> bool:
     """Whether :class:`PackedLM` can run ``model``: a transformers Llama or Gemma 3 (text) causal LM with the
     modules it reads (layers with ``self_attn`` q/k/v/o projections, ``mlp``, their norms; ``model.norm``,
@@ -461,6 +467,7 @@ class PackedLM:
 
     def _pass(self, requests: list) -> list:
         torch = _torch()
+        _sync(self.device)  # CUDA runs asynchronously: start and stop the clock on an idle device
         t0 = time.perf_counter()
         batch = Batch(requests, len(self.layers), self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
         if self.window is not None and batch.positions and max(batch.positions) >= self.window:
@@ -485,6 +492,7 @@ class PackedLM:
                 else:
                     answers.append(lp)
         batch.commit()
+        _sync(self.device)
         self.passes += 1
         self.tokens_run += len(batch.tokens)
         self.seconds += time.perf_counter() - t0

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..sources._hf import synchronize
 from ._draft import DraftSession, reads_features
 from ._target import TargetSession
 from ._verify import verify_tree
@@ -65,6 +66,7 @@ def speculative_generate(
     t0 = time.perf_counter()
     ts = TargetSession(target, prompt_ids, features=reads_features(drafter))  # a head reads the target's features
     ds = DraftSession(drafter, target, prompt_ids, ts.prompt_features, target.eos_ids)
+    synchronize(target.device)  # the prefills have finished on the device before the generation's clock starts
     g = Generation([], [], [], 0.0, 0.0, 0.0, time.perf_counter() - t0)
     t1 = time.perf_counter()
     try:
@@ -96,6 +98,7 @@ def plain_generate(target, prompt_ids: Sequence[int], new_tokens: int, T: float 
     rng = _rng(rng, T)
     t0 = time.perf_counter()
     ts = TargetSession(target, prompt_ids)
+    synchronize(target.device)
     g = Generation([], [], [], 0.0, 0.0, 0.0, time.perf_counter() - t0)
     t1 = time.perf_counter()
     while len(g.tokens) < new_tokens:

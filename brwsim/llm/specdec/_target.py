@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..sources._hf import _torch, additive_mask, synchronize, to_numpy
+from ..sources._hf import _torch, additive_mask, returned_cache, synchronize, to_numpy, with_cache
 
 
 class TargetSession:
@@ -41,7 +41,7 @@ class TargetSession:
             self._hook = layer.register_forward_hook(self._keep_hidden)
         with torch.inference_mode():
             out = self.model(input_ids=torch.tensor([ids[:-1]], device=src.device), use_cache=True, logits_to_keep=1)
-        self.cache = out.past_key_values
+        self.cache = returned_cache(out)
         self.prompt_features = self._hidden[0].float() if features else None  # [L - 1, H]
         self.n = len(ids) - 1  # tokens in the cache
         self.pending = [ids[-1]]
@@ -80,8 +80,8 @@ class TargetSession:
         nodes = [tuple(int(t) for t in v) for v in nodes]
         ids, pos, mask, index = self._inputs(nodes)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
-                             use_cache=True)  # fmt: skip
+            out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
+                             **with_cache(self.model, self.cache))  # fmt: skip
             logp = to_numpy(torch.log_softmax(out.logits[0, len(self.pending) - 1 :].float(), dim=-1))
         synchronize(self.src.device)
         self.passes += 1

@@ -34,10 +34,12 @@ from ._target import decode, features, parts, rope
 
 class EagleDraftModel(DraftModel):
     """A draft model: ``name`` and ``context(prompt_ids)``; ``meta`` describes the trained head. The head runs on
-    the target's device."""
+    the target's device and in the target's dtype (a bfloat16 target gets a bfloat16 head: the features it reads
+    and the target's norm and LM head it ends with are bfloat16 too)."""
 
     def __init__(self, target, head: Head, meta: dict, name: str = "eagle-head"):
-        self.target, self.head, self.meta, self.name = target, head.to(target.device).eval(), meta, name
+        head = head.to(device=target.device, dtype=target.dtype).eval()
+        self.target, self.head, self.meta, self.name = target, head, meta, name
         self.device = target.device
         self.info: dict = {}
         self.head_config = HeadConfig(**meta["config"])
@@ -103,8 +105,8 @@ class EagleDraftModel(DraftModel):
         t = torch.tensor([[int(x) for x in ids]], device=dev)
         n = t.shape[1] - 1
         with torch.inference_mode():
-            f = features(model, t[:, :-1])
-            cos, sin = rope(model, torch.arange(n, device=dev)[None])
+            f = features(model, t[:, :-1]).to(self.target.dtype)
+            cos, sin = rope(model, torch.arange(n, device=dev)[None], self.target.dtype)
             mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
             out, _, _ = self.head.layer(self.head.embed_in(f, parts(model)[3](t[:, 1:])), cos, sin, mask=mask)
             return to_numpy(torch.log_softmax(decode(model, out[0, :-1]).float(), dim=-1))
@@ -158,9 +160,9 @@ class HeadEngine:
         batch = _packed.Batch(requests, 1, head.heads, head.kv_heads, head.head_dim, self.dtype, dev)
         with torch.inference_mode():
             emb = self.embed(torch.tensor(batch.tokens, dtype=torch.long, device=dev))
-            feats = torch.cat([r.features if isinstance(r, HeadOpen) else r.feats for r in requests])
+            feats = torch.cat([r.features if isinstance(r, HeadOpen) else r.feats for r in requests]).to(self.dtype)
             x = _packed._linear(head.fc, torch.cat([feats / head.scale, emb], dim=-1))
-            cos, sin = self.rotary(torch.zeros((), dtype=torch.float32, device=dev), batch.pos[None])
+            cos, sin = self.rotary(torch.zeros((), dtype=self.dtype, device=dev), batch.pos[None])
             x = _packed.decoder_layer(x, cos, sin, self.parts, 0, batch, head.heads, self.scale_attn)
             out = x * head.scale  # predicted features, at the target's scale
             decode = lambda rows: _packed._linear(self.lm_head, _packed._linear(self.norm, rows))  # noqa: E731

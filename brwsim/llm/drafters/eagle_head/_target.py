@@ -45,10 +45,10 @@ def decode(model, feat: torch.Tensor) -> torch.Tensor:
     return head(norm(feat))
 
 
-def rope(model, positions: torch.Tensor):
-    """(cos, sin) of the target's rotary embedding at ``positions [B, T]``."""
+def rope(model, positions: torch.Tensor, dtype=torch.float32):
+    """(cos, sin) of the target's rotary embedding at ``positions [B, T]``, in ``dtype``."""
     rot = parts(model)[4]
-    dummy = torch.zeros((), dtype=torch.float32, device=positions.device)
+    dummy = torch.zeros((), dtype=dtype, device=positions.device)
     return rot(dummy, positions)
 
 
