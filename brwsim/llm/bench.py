@@ -20,26 +20,32 @@ import numpy as np
 
 from ..errors import BrwsimError, check_positive_int
 from .sources import load_source
+from .sources._hf import synchronize, to_numpy
 from .sources._prompts import humaneval
 
 
-def _median_time(fn, repeat: int) -> float:
+def _median_time(fn, repeat: int, device: str = "cpu") -> float:
+    """Median seconds of ``repeat`` calls, the device synchronised before and after each (CUDA is asynchronous)."""
     ts = []
     for _ in range(repeat):
+        synchronize(device)
         t0 = time.perf_counter()
         fn()
+        synchronize(device)
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
 
-def run(model: str = "smollm2-135m", repeat: int = 3, prompt_index: int = 32) -> dict:
+def run(model: str = "smollm2-135m", repeat: int = 3, prompt_index: int = 32, device: str = "cpu") -> dict:
     import torch  # the llm extra: imported when the benchmark runs
 
     out: dict = {"model": model, "repeat": repeat}
-    src = load_source(model, threads=1)
+    src = load_source(model, threads=1, device=device)
+    dev = src.device
+    out["device"] = dev
     text = humaneval()[prompt_index].text
     ids = src.encode(text)
-    x = torch.tensor([ids])
+    x = torch.tensor([ids], device=dev)
     out["prompt_tokens"] = len(ids)
     m = src.model
     with torch.inference_mode():
@@ -49,8 +55,8 @@ def run(model: str = "smollm2-135m", repeat: int = 3, prompt_index: int = 32) ->
         for dtype in ("float32", "bfloat16"):
             mm = m.to(getattr(torch, dtype))
             with torch.inference_mode():
-                t = _median_time(lambda mm=mm: mm(input_ids=x, logits_to_keep=1), repeat)
-                t_all = _median_time(lambda mm=mm: mm(input_ids=x), repeat)
+                t = _median_time(lambda mm=mm: mm(input_ids=x, logits_to_keep=1), repeat, dev)
+                t_all = _median_time(lambda mm=mm: mm(input_ids=x), repeat, dev)
             key = f"{dtype}_threads{threads}"
             out[f"prefill_tok_per_s_{key}"] = len(ids) / t
             out[f"prefill_all_logits_tok_per_s_{key}"] = len(ids) / t_all
@@ -80,7 +86,7 @@ def _decode_and_tree(src, ids, repeat: int) -> dict:
         for _ in range(16):
             rows = w.step([int(np.argmax(r + rng.gumbel(size=r.shape))) for r in rows])
 
-    out["decode_batch16_tok_per_s"] = 256 / _median_time(decode, repeat)
+    out["decode_batch16_tok_per_s"] = 256 / _median_time(decode, repeat, src.device)
 
     # one tree pass of 16 nodes (two levels) vs path-by-path recomputation
     top = np.argsort(-ctx.root)[:4]
@@ -91,18 +97,21 @@ def _decode_and_tree(src, ids, repeat: int) -> dict:
     def tree_pass():
         c = src.open(ids)
         c.logprobs(level1)
+        synchronize(src.device)
         t0 = time.perf_counter()
         r = c.logprobs(level2)
+        synchronize(src.device)
         return time.perf_counter() - t0, r
 
     tt = statistics.median(tree_pass()[0] for _ in range(repeat))
     _, tree_rows = tree_pass()
+    paths = torch.tensor([ids + list(p) for p in level2], device=src.device)
     with torch.inference_mode():
-        full = torch.log_softmax(m(input_ids=torch.tensor([ids + list(p) for p in level2])).logits[:, -1].float(), -1)
-        tf = _median_time(lambda: m(input_ids=torch.tensor([ids + list(p) for p in level2]), logits_to_keep=1), repeat)
+        full = torch.log_softmax(m(input_ids=paths).logits[:, -1].float(), -1)
+        tf = _median_time(lambda: m(input_ids=paths, logits_to_keep=1), repeat, src.device)
     out["tree_pass_16_nodes_seconds"] = tt
     out["path_by_path_16_nodes_seconds"] = tf
-    out["tree_pass_max_abs_logprob_diff"] = float(np.abs(tree_rows - full.numpy()).max())
+    out["tree_pass_max_abs_logprob_diff"] = float(np.abs(tree_rows - to_numpy(full)).max())
     return out
 
 
@@ -110,10 +119,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m brwsim.llm.bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N, auto")
     a = p.parse_args(argv)
     try:
         check_positive_int("--repeat", a.repeat)  # a median of no run
-        out = run(a.model, a.repeat)
+        out = run(a.model, a.repeat, device=a.device)
     except BrwsimError as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2

@@ -89,29 +89,38 @@ class Peaks:
         return dataclasses.asdict(self)
 
 
-def machine_peaks(copy_mb: int = 512, matmul_n: int = 2048, repeats: int = 5) -> Peaks:
-    """This machine's memory bandwidth (bytes/s, a copy counts read + write) and float32 FLOP/s (median of repeats),
-    with the torch threads in use."""
+def machine_peaks(copy_mb: int = 512, matmul_n: int = 2048, repeats: int = 5, device: str = "cpu") -> Peaks:
+    """The memory bandwidth (bytes/s, a copy counts read + write) and float32 FLOP/s (median of repeats) of
+    ``device`` (this CPU with the torch threads in use, or a GPU: tensors made there, the device synchronised
+    around every timed call)."""
     torch = _torch()
-    a = torch.ones(copy_mb * 2**20 // 4, dtype=torch.float32)
+    a = torch.ones(copy_mb * 2**20 // 4, dtype=torch.float32, device=device)
     b = torch.empty_like(a)
     b.copy_(a)
-    bw = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    nbytes = 2 * a.numel() * 4
+
+    def copy():
         b.copy_(a)
-        bw.append(2 * a.numel() * 4 / (time.perf_counter() - t0))
-    del a, b
-    x = torch.randn(matmul_n, matmul_n)
-    y = torch.randn(matmul_n, matmul_n)
+
+    bw = [nbytes / t for t in _synced_times(copy, repeats, device)]
+    a = b = None  # noqa: F841  (free the buffers before the matrix product)
+    x = torch.randn(matmul_n, matmul_n, device=device)
+    y = torch.randn(matmul_n, matmul_n, device=device)
     x @ y
-    fl = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x @ y
-        fl.append(2 * matmul_n**3 / (time.perf_counter() - t0))
+    fl = [2 * matmul_n**3 / t for t in _synced_times(lambda: x @ y, repeats, device)]
     return Peaks(float(np.median(bw)), float(np.median(fl)), (float(min(bw)), float(max(bw))),
                  (float(min(fl)), float(max(fl))), int(torch.get_num_threads()), copy_mb, matmul_n)  # fmt: skip
+
+
+def _synced_times(fn, repeats: int, device) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        out.append(time.perf_counter() - t0)
+    return out
 
 
 def linear_shapes(model) -> list[tuple[int, int, int]]:
