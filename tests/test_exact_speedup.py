@@ -282,6 +282,8 @@ def test_roofline_label_and_dict():
     assert bare.label == (
         "roofline toy-hw, bare, 0.5 B/param, L=7; KV cache and attention not counted (give a --target shape)"
     )
+    free = RooflineCost(Hardware("free-hw", 100.0, 1000.0), SHAPE, 2.0, context=5)  # no overhead: said so
+    assert free.label == "roofline free-hw, toy, 2 B/param, L=5; no per-call overhead assumed (--overhead S adds one)"
     assert r.to_dict() == {
         "kind": "modelled",
         "label": r.label,

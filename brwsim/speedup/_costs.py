@@ -175,7 +175,9 @@ class RooflineCost(VerifyCost):
     @property
     def label(self) -> str:
         s = f"roofline {self.hardware.name}, {self.shape.name}, {self.bytes_per_param:g} B/param, L={self.context}"
-        return s + ("" if self.shape.layers else "; KV cache and attention not counted (give a --target shape)")
+        s += "" if self.shape.layers else "; KV cache and attention not counted (give a --target shape)"
+        # a measured GPU call of a small model is mostly per-call overhead (docs/speedup.md, "On a GPU")
+        return s + ("" if self.hardware.overhead else "; no per-call overhead assumed (--overhead S adds one)")
 
     def breakdown(self, P: int) -> dict:
         """Bytes, FLOPs, the memory and compute times, and which one binds, at budget ``P``."""
