@@ -7,9 +7,11 @@ them) pays, at every node the oracle opens, for a whole row of V entries: V rand
 normalisation, then its top-K. For each law, V and P this prints, one core pinned (every thread of the process,
 XLA's included, on one CPU; interleaved rounds so other load hits every side alike):
 
-- ``ns_per_node``: the oracle's time per node (the kernel brwsim picks for the law; JAX for every drawn law today),
-  and ``ns_per_variate`` = ns_per_node / V;
-- ``draw_ns_per_node``: the node draws alone (the law's K sorted entries from a node key, batched as in the kernel);
+- one row per kernel (``kernel``: ``jax``, and ``native`` where the law declares it: dirichlet, logitnormal, zipf,
+  temp of them; a Markov law only ``jax``): ``ns_per_node``, the oracle's time per node, and ``ns_per_variate`` =
+  ns_per_node / V;
+- ``draw_ns_per_node``: that kernel's node draws alone (the law's K sorted entries from a node key, batched as in
+  the kernel: the JAX law's ``node_logp``, or the native kernel's ``draw_rows``);
 - ``floor_ns_per_variate``: the same generator (threefry-2x32, the unrolled lowering the kernel compiles with)
   producing V uniform 32-bit variates per node and nothing else, in one jitted call: what the random numbers
   themselves cost here; ``ratio_to_floor`` = ns_per_variate / floor_ns_per_variate;
@@ -41,6 +43,7 @@ from brwsim import oracle as O  # noqa: E402
 from brwsim import tree_keys  # noqa: E402
 from brwsim._lowering import unrolled_threefry  # noqa: E402
 from brwsim.laws import parse_law  # noqa: E402
+from brwsim.oracle import _native  # noqa: E402
 
 ENTRIES = 2**24  # entries drawn per timed call of the floor, the draws and numpy (64 MiB of float32)
 
@@ -77,15 +80,23 @@ def floor_side(V: int) -> _Side:
     return _Side("floor", lambda: jax.block_until_ready(bits(keys)), n)
 
 
-def draws_side(law, P: int) -> _Side:
+def draws_side(law, P: int, kernel: str = "jax") -> _Side:
     """The law's node draws alone: its K sorted entries from a node key, batched, compiled as in the kernel."""
     K = O.keep_entries(P, min(law.vocab, P))
     n = _nodes(law.vocab)
     keys = tree_keys(jax.random.key(1), 0, n)
-    draw = jax.jit(jax.vmap(lambda k: law.node_logp(k, law.init_state(k), K)))
+    if kernel == "native":
+        draw = jax.jit(lambda k: _native.draw_rows(law, k, K))
+    else:
+        draw = jax.jit(jax.vmap(lambda k: law.node_logp(k, law.init_state(k), K)))
     with unrolled_threefry():
         jax.block_until_ready(draw(keys))
-    return _Side("draws", lambda: jax.block_until_ready(draw(keys)), n)
+    return _Side(f"draws {kernel}", lambda: jax.block_until_ready(draw(keys)), n)
+
+
+def _batch(V: int, P: int) -> int:
+    """Trees per timed oracle call: about ENTRIES / 4 variates (at least two trees)."""
+    return max(2, min(4096, ENTRIES // 4 // (V * (P + 1))))
 
 
 def numpy_side(name: str, V: int, P: int) -> _Side:
@@ -114,41 +125,52 @@ def numpy_side(name: str, V: int, P: int) -> _Side:
     return _Side("numpy", run, n)
 
 
-def bench(name: str, spec: str, P: int, repeats: int, log) -> dict:
+def bench(name: str, spec: str, P: int, repeats: int, log) -> list[dict]:
     law = parse_law(spec)
     V = law.vocab
     K = min(V, P)
-    oracle = _brwsim_side("oracle", law, P, K, 1, None, kernel=None)  # None: the kernel brwsim picks
-    sides = [oracle, draws_side(law, P), floor_side(V), numpy_side(name, V, P)]
-    _rounds(repeats, [], sides, [])
-    ns_node = 1e9 / (oracle.median * P)
-    floor = 1e9 / (sides[2].median * V)
-    res = {
-        "law": name, "spec": spec if not spec.endswith(".json") else "markov(logitnormal sigma=3 | dirichlet 0.1)",
-        "V": V, "P": P, "batch": oracle.n,
-        "ns_per_node": ns_node, "ns_per_variate": ns_node / V,
-        "draw_ns_per_node": 1e9 / sides[1].median, "draw_ns_per_variate": 1e9 / (sides[1].median * V),
-        "floor_ns_per_variate": floor, "ratio_to_floor": ns_node / V / floor,
-        "numpy_ns_per_variate": 1e9 / (sides[3].median * V),
-        "cpu_ns_per_node": 1e9 / (oracle.cpu_median * P),
-    }  # fmt: skip
-    log(
-        f"{name:>12} {V:>7} {P:>5} {ns_node:>12.0f} {res['ns_per_variate']:>9.2f} {res['draw_ns_per_variate']:>9.2f} "
-        f"{floor:>8.2f} {res['ratio_to_floor']:>7.1f} {res['numpy_ns_per_variate']:>9.2f}"
-    )
-    return res
+    kernels = [k for k in ("jax", "native") if k in law.kernels and (k == "jax" or _native.available())]
+    oracles = [_brwsim_side(f"oracle {k}", law, P, K, 1, _batch(V, P), kernel=k) for k in kernels]
+    draws = [draws_side(law, P, k) for k in kernels]
+    floor, npy = floor_side(V), numpy_side(name, V, P)
+    _rounds(repeats, [], [*oracles, *draws, floor, npy], [])
+    floor_ns = 1e9 / (floor.median * V)
+    out = []
+    for k, oracle, draw in zip(kernels, oracles, draws, strict=True):
+        ns_node = 1e9 / (oracle.median * P)
+        res = {
+            "law": name, "kernel": k,
+            "spec": spec if not spec.endswith(".json") else "markov(logitnormal sigma=3 | dirichlet 0.1)",
+            "V": V, "P": P, "batch": oracle.n,
+            "ns_per_node": ns_node, "ns_per_variate": ns_node / V,
+            "draw_ns_per_node": 1e9 / draw.median, "draw_ns_per_variate": 1e9 / (draw.median * V),
+            "floor_ns_per_variate": floor_ns, "ratio_to_floor": ns_node / V / floor_ns,
+            "numpy_ns_per_variate": 1e9 / (npy.median * V),
+            "cpu_ns_per_node": 1e9 / (oracle.cpu_median * P),
+        }  # fmt: skip
+        log(
+            f"{name:>12} {k:>6} {V:>7} {P:>5} {ns_node:>12.0f} {res['ns_per_variate']:>9.2f} "
+            f"{res['draw_ns_per_variate']:>9.2f} {floor_ns:>8.2f} {res['ratio_to_floor']:>7.1f} "
+            f"{res['numpy_ns_per_variate']:>9.2f}"
+        )
+        out.append(res)
+    return out
 
 
-def all_cores(name: str, spec: str, P: int, repeats: int) -> dict:
+def all_cores(name: str, spec: str, P: int, repeats: int) -> list[dict]:
     law = parse_law(spec)
-    side = _brwsim_side("oracle all cores", law, P, min(law.vocab, P), "all", None)
-    _rounds(repeats, [side], [], [])
-    cores = len(os.sched_getaffinity(0))
-    ns = 1e9 * cores / (side.median * P)
-    return {"law": name, "V": law.vocab, "P": P, "cores": cores, "ns_per_node_per_core": ns}
+    out = []
+    for k in [k for k in ("jax", "native") if k in law.kernels and (k == "jax" or _native.available())]:
+        side = _brwsim_side("oracle all cores", law, P, min(law.vocab, P), "all", None, kernel=k)
+        _rounds(repeats, [side], [], [])
+        cores = len(os.sched_getaffinity(0))
+        ns = 1e9 * cores / (side.median * P)
+        out.append({"law": name, "kernel": k, "V": law.vocab, "P": P, "cores": cores, "ns_per_node_per_core": ns})
+    return out
 
 
 def main(argv=None) -> int:
+    global ENTRIES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--V", default="1000,32000,262144")
     ap.add_argument("--P", default="16,256")
@@ -156,15 +178,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (default 5)")
     ap.add_argument("--quick", action="store_true", help="V = 1000 and 32000, P = 16, 2 rounds")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-all-cores", action="store_true", help="skip the all-cores figures")
+    ap.add_argument("--entries", type=int, default=2**24, help="variates per timed call (default 2^24)")
     args = ap.parse_args(argv)
+    ENTRIES = args.entries
     Vs = [1000, 32000] if args.quick else [int(x) for x in args.V.split(",")]
     Ps = [16] if args.quick else [int(x) for x in args.P.split(",")]
     repeats = 2 if args.quick else args.repeats
     names = [x.strip() for x in args.laws.split(",") if x.strip()]
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
     log(f"one core, pinned; jax {jax.__version__}; {os.cpu_count()} cpus; {time.strftime('%Y-%m-%d %H:%M')}")
-    log(f"{'law':>12} {'V':>7} {'P':>5} {'ns/node':>12} {'ns/var':>9} {'draw/var':>9} {'floor':>8} {'/floor':>7} "
-        f"{'numpy/var':>9}")  # fmt: skip
+    log(f"{'law':>12} {'kernel':>6} {'V':>7} {'P':>5} {'ns/node':>12} {'ns/var':>9} {'draw/var':>9} {'floor':>8} "
+        f"{'/floor':>7} {'numpy/var':>9}")  # fmt: skip
     t0 = time.perf_counter()
     results, wide = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,8 +197,9 @@ def main(argv=None) -> int:
             specs = laws(V, tmp)
             for name in names:
                 for P in Ps:
-                    results.append(bench(name, specs[name], P, repeats, log))
-                wide.append(all_cores(name, specs[name], Ps[-1], repeats))
+                    results.extend(bench(name, specs[name], P, repeats, log))
+                if not args.no_all_cores:
+                    wide.extend(all_cores(name, specs[name], Ps[-1], repeats))
     if args.json:
         print(json.dumps({
             "results": results, "all_cores": wide, "date": time.strftime("%Y-%m-%d"), "jax": jax.__version__,

@@ -6,7 +6,7 @@ Independent of brwsim's own algorithms, plain and slow on purpose:
   float64 heap over path probabilities);
 * :func:`oracle_heapq` / :func:`reference_batch`: a plain ``heapq`` best-first
   oracle, one tree at a time in pure Python, on a :class:`TableLaw`;
-* :class:`TableLaw`: node distributions read from a fixed table (the root's
+* :class:`TableLaw` (from :mod:`brwsim.laws`): node distributions read from a fixed table (the root's
   row from the tree key, a child's row a 32-bit hash of its parent's row and
   its rank, computed identically in JAX and Python), so that a reference
   outside JAX sees exactly brwsim's tree; :func:`stored_rows` presents the
@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._keys import child_key, dist_key, state_key
-from .laws import Law, parse_law, topk_sorted
+from .laws import TableLaw, parse_law, topk_sorted  # TableLaw re-exported: it lives in brwsim.laws
+from .laws._table import child_row  # noqa: F401  (re-exported)
 
 
 def enumerate_fixed(probs, P):
@@ -66,70 +67,6 @@ def exact_pair_law(law, tree_key) -> np.ndarray:
         lp1 = topk_sorted(law.full_logp(dist_key(kc), sc), V)
         out[a] = np.exp(np.asarray(lp0[a], np.float64) + np.asarray(lp1, np.float64))
     return out
-
-
-_M32 = 0xFFFFFFFF
-_A, _C, _D, _X = 0x9E3779B1, 0x85EBCA77, 0x165667B1, 0xC2B2AE3D
-
-
-def child_row(parent_row: int, rank: int, n_rows: int) -> int:
-    """Row of the child of rank ``rank`` of a node with row ``parent_row`` (a 32-bit hash)."""
-    h = (parent_row * _A + rank * _C + _D) & _M32
-    h ^= h >> 15
-    h = (h * _X) & _M32
-    h ^= h >> 13
-    return h % n_rows
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class TableLaw(Law):
-    """Node distributions read from a fixed table; the hidden state is the row index."""
-
-    logp: jax.Array  # [N, V] float32, each row sorted decreasing
-
-    family = "table"
-
-    def spec(self) -> str:
-        return f"table:V={self.vocab},rows={self.n_states}"
-
-    @property
-    def vocab(self) -> int:
-        return int(self.logp.shape[1])
-
-    @property
-    def n_states(self) -> int:  # type: ignore[override]
-        return int(self.logp.shape[0])
-
-    def full_logp(self, key, state):
-        return self.logp[state]
-
-    def node_logp(self, key, state, K: int):
-        row = self.logp[state]
-        if K <= row.shape[0]:
-            return row[:K]
-        return jnp.concatenate([row, jnp.full((K - row.shape[0],), -jnp.inf, row.dtype)])
-
-    indexed = True
-
-    def row_table(self, K: int):
-        return jax.vmap(lambda r: self.node_logp(None, r, K))(jnp.arange(self.logp.shape[0]))
-
-    def node_row(self, key, state):
-        return jnp.asarray(state, jnp.int32)
-
-    def init_state(self, key):
-        return jax.random.randint(key, (), 0, self.logp.shape[0]).astype(jnp.int32)
-
-    def child_state(self, key, parent_state, rank):
-        s = parent_state.astype(jnp.uint32)
-        h = s * jnp.uint32(_A) + jnp.asarray(rank).astype(jnp.uint32) * jnp.uint32(_C) + jnp.uint32(_D)
-        h = h ^ (h >> 15)
-        h = h * jnp.uint32(_X)
-        h = h ^ (h >> 13)
-        return (h % jnp.uint32(self.logp.shape[0])).astype(jnp.int32)
-
-
-jax.tree_util.register_dataclass(TableLaw, data_fields=["logp"], meta_fields=[])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -96,16 +96,17 @@ def test_kernel_choice():
     table, drawn = table_law(8, n_rows=4), parse_law("dirichlet:V=8,alpha=0.5")
     assert _native.use_native(table, keys, "auto", None)
     assert not _native.use_native(table, keys, "jax", None)
-    assert not _native.use_native(drawn, keys, "auto", None)  # drawn laws stay on the JAX kernel
+    assert not _native.use_native(drawn, keys, "auto", None)  # auto keeps drawn laws on the JAX kernel
+    assert _native.use_native(drawn, keys, "native", None)  # asked for: the native kernel's own stream
+    markov = parse_law(os.path.join(ROOT, "examples", "two_state.json"))
     with pytest.raises(BrwsimError, match="serves only"):
-        _native.use_native(drawn, keys, "native", None)
+        _native.use_native(markov, keys, "native", None)
     with pytest.raises(BrwsimError, match="kernel must be one of"):
         _native.use_native(table, keys, "fast", None)
     with O.kernel_choice("jax"):
         assert not _native.use_native(table, keys, None, None)
     assert _native.use_native(table, keys, None, None)
-    markov = parse_law(os.path.join(ROOT, "examples", "two_state.json"))
-    assert _native.program(markov) is None  # Gumbel state draws: XLA's log, not reproduced natively
+    assert _native.program(markov) is None and markov.kernels == ("jax",)  # Gumbel state draws stay in JAX
 
 
 def test_simulate_same_numbers_either_kernel():
@@ -135,7 +136,8 @@ def test_cli_json_identical_and_no_compiler_fallback():
     assert len(notice) == 1 and "using the JAX kernel" in notice[0]
 
 
-def test_cli_native_on_a_drawn_law_is_one_line_error(capsys):
-    rc = main(["simulate", "--law", "dirichlet:V=20,alpha=0.5", "--P", "4", "--trees", "4", "--kernel", "native"])
+def test_cli_native_on_a_markov_law_is_one_line_error(capsys):
+    law = os.path.join(ROOT, "examples", "two_state.json")
+    rc = main(["simulate", "--law", law, "--P", "4", "--trees", "4", "--kernel", "native"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "serves only" in err

@@ -109,7 +109,9 @@ def add_parser(sub) -> None:
         "--kernel",
         default="auto",
         choices=("auto", "jax", "native"),
-        help="oracle kernel: native C++ on CPU for the laws it serves, else JAX (auto, default); same results",
+        help="oracle kernel: auto (default) runs native C++ on CPU for fixed, pool and table laws (the JAX "
+        "kernel's numbers bit for bit), JAX elsewhere; native also draws dirichlet, logitnormal, zipf and temp "
+        "of them (faster) from its own random stream: the same law, other numbers",
     )
     s.add_argument(
         "--drafter",

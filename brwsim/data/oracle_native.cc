@@ -19,6 +19,7 @@
 #endif
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -742,6 +743,440 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
   }
 }
 
+// -- drawn laws (dirichlet, logitnormal, zipf, temp of them): a row of V variates per node ---------
+//
+// Not the JAX kernel's bits (XLA's float32 log/exp/gamma cannot be reproduced): a documented stream of its own.
+// Node keys are the JAX kernel's (child key = fold_in(parent key, 2 + rank), draw key = fold_in(node key, 0)); the
+// variates of a node come from threefry2x32 under its draw key with counter (j, stream), j = 0, 1, ...:
+//   stream 1: normals, Box-Muller on the two words of counter j (normals 2j and 2j + 1);
+//   stream 2: the Marsaglia-Tsang acceptance uniforms (word w of counter j: candidate 2j + w);
+//   stream 3: the uniforms U of Gamma(alpha) = Gamma(alpha + 1) U^(1/alpha) (word w of counter j: entry 2j + w).
+// dirichlet: log-weights w_i = log G_i, G_i ~ Gamma(alpha) (alpha >= 1: Marsaglia-Tsang; alpha < 1: w_i = alpha
+//   log G'_i + log U_i with G'_i ~ Gamma(alpha + 1), scaled by 1/alpha below); candidates are taken in counter order,
+//   the accepted ones fill the row in order; logitnormal: w_i = Z_i; zipf: w_i = -log(i + 1) (a table), the node's
+//   exponent s exp(s_sd Z) from normal 0. Then log p_i = c (w_i - max w) - log sum_j exp(c (w_j - max w)), with c
+//   the law's scale (1/alpha, sigma, the exponent, times 1/T per temperature; c = inf: the point mass on the first
+//   largest entry, c = 0: uniform), and the K largest entries kept, sorted: selection by a running threshold, then a
+//   sort of the K. Uniforms: (0, 1] as (w >> 1) 2^-31 + 2^-32 (radius and acceptance), [0, 1) as (w >> 8) 2^-24
+//   (the angle). log, exp, sin and cos are float32 polynomials (Cephes), branch-free so that the loops vectorise.
+
+enum DrawKind { DRAW_DIRICHLET = 0, DRAW_LOGITNORMAL = 1, DRAW_ZIPF = 2 };
+
+constexpr int TB = 64;  // counters per vectorised threefry block
+
+// threefry2x32 of counters (j0 + l, stream), l < TB, under key (k0, k1): written to o0[l], o1[l].
+static inline void tf_block(uint32_t k0, uint32_t k1, uint32_t j0, uint32_t stream, uint32_t* __restrict o0,
+                            uint32_t* __restrict o1) {
+  const uint32_t k2 = k0 ^ k1 ^ 0x1BD11BDAu;
+  for (int l = 0; l < TB; l++) {
+    uint32_t x0 = j0 + uint32_t(l) + k0, x1 = stream + k1;
+#define R(D)        \
+  x0 += x1;         \
+  x1 = rotl(x1, D); \
+  x1 ^= x0;
+    R(13) R(15) R(26) R(6) x0 += k1; x1 += k2 + 1u;
+    R(17) R(29) R(16) R(24) x0 += k2; x1 += k0 + 2u;
+    R(13) R(15) R(26) R(6) x0 += k0; x1 += k1 + 3u;
+    R(17) R(29) R(16) R(24) x0 += k1; x1 += k2 + 4u;
+    R(13) R(15) R(26) R(6) x0 += k2; x1 += k0 + 5u;
+#undef R
+    o0[l] = x0;
+    o1[l] = x1;
+  }
+}
+
+static inline float f_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint32_t u_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// (0, 1]: never 0, so its log is finite (>= -22.2)
+static inline float u01_open0(uint32_t w) { return float(int32_t(w >> 1)) * 4.656612873077393e-10f + 2.3283064365386963e-10f; }
+// [0, 1), 24 bits
+static inline float u01_24(uint32_t w) { return float(int32_t(w >> 8)) * 5.9604644775390625e-08f; }
+
+// natural log of x > 0 (normal numbers; Cephes logf, ~1 ulp)
+static inline float vlog(float x) {
+  uint32_t i = u_of(x);
+  float e = float(int32_t((i >> 23) & 0xffu) - 126);
+  float m = f_of((i & 0x807fffffu) | 0x3f000000u);  // [0.5, 1)
+  bool lo = m < 0.707106781186547524f;
+  e = lo ? e - 1.0f : e;
+  m = lo ? m + m - 1.0f : m - 1.0f;
+  float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y += -2.12194440e-4f * e;
+  y += -0.5f * z;
+  return m + y + 0.693359375f * e;
+}
+
+// exp(x) for x <= 0 (x < -87: 0; -inf: 0; Cephes expf, ~1 ulp)
+static inline float vexp_neg(float x) {
+  bool under = !(x >= -87.0f);
+  float xc = under ? -87.0f : x;
+  float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float z = r * r;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * z + r + 1.0f;
+  float p = f_of(uint32_t(int32_t(n) + 127) << 23);
+  return under ? 0.0f : y * p;
+}
+
+// (cos 2 pi t, sin 2 pi t) for t in [0, 1): quadrant q = round(4t), a = 2 pi (t - q/4) in [-pi/4, pi/4]
+static inline void vsincos2pi(float t, float* c, float* s) {
+  float q = __builtin_floorf(4.0f * t + 0.5f);
+  float a = (t - 0.25f * q) * 6.28318530717958648f;
+  float z = a * a;
+  float sn = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * a + a;
+  float cs = ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z - 0.5f * z + 1.0f;
+  int qi = int(q) & 3;
+  float cc = (qi == 0) ? cs : (qi == 1) ? -sn : (qi == 2) ? -cs : sn;
+  float ss = (qi == 0) ? sn : (qi == 1) ? cs : (qi == 2) ? -sn : -cs;
+  *c = cc;
+  *s = ss;
+}
+
+// 2 TB standard normals from counters j0 .. j0 + TB - 1 of stream 1: z[2l] and z[2l + 1] from counter j0 + l
+static inline void normals_block(uint32_t k0, uint32_t k1, uint32_t j0, float* __restrict z) {
+  alignas(64) uint32_t a[TB], b[TB];
+  alignas(64) float c[TB], s[TB];
+  tf_block(k0, k1, j0, 1u, a, b);
+  for (int l = 0; l < TB; l++) {
+    float r = __builtin_sqrtf(-2.0f * vlog(u01_open0(a[l])));
+    float cs, sn;
+    vsincos2pi(u01_24(b[l]), &cs, &sn);
+    c[l] = r * cs;
+    s[l] = r * sn;
+  }
+  for (int l = 0; l < TB; l++) {
+    z[2 * l] = c[l];
+    z[2 * l + 1] = s[l];
+  }
+}
+
+struct Drawn {
+  int32_t kind;
+  int64_t V, K;
+  float alpha;      // dirichlet: alpha
+  float d, cg, ld;  // Marsaglia-Tsang on a = alpha (alpha >= 1) or alpha + 1: d = a - 1/3, c = 1/sqrt(9 d), log d
+  bool power;       // dirichlet alpha < 1: the power-of-a-uniform step
+  double logs, s_sd;  // zipf: log s, s_sd
+  float scale;        // c (dirichlet, logitnormal); zipf: the temperatures' factor
+  const float* neglog;  // zipf: -log(i + 1), [V]
+};
+
+// per-thread scratch of one row
+struct RowBuf {
+  std::vector<float> w, sel;
+  explicit RowBuf(int64_t V, int64_t K) : w(size_t(V + 4 * TB)), sel(size_t(2 * K + 4 * TB)) {}
+};
+
+// log-weights of the dirichlet row: w[0..V)
+static void dirichlet_weights(const Drawn& L, uint32_t k0, uint32_t k1, float* __restrict w) {
+  const int64_t V = L.V;
+  alignas(64) float z[2 * TB], u[2 * TB], x[2 * TB];
+  alignas(64) uint32_t a[TB], b[TB];
+  alignas(64) int32_t ok[2 * TB];
+  const float d = L.d, c = L.cg, ld = L.ld;
+  int64_t filled = 0;
+  uint32_t j = 0;
+  while (filled < V) {
+    normals_block(k0, k1, j, z);
+    tf_block(k0, k1, j, 2u, a, b);
+    for (int l = 0; l < TB; l++) {
+      u[2 * l] = u01_open0(a[l]);
+      u[2 * l + 1] = u01_open0(b[l]);
+    }
+    for (int i = 0; i < 2 * TB; i++) {
+      float t = 1.0f + c * z[i];
+      float v = t * t * t;
+      bool pos = v > 0.0f;
+      float lv = vlog(pos ? v : 1.0f);
+      float zz = z[i];
+      ok[i] = int32_t(pos) & int32_t(vlog(u[i]) < 0.5f * zz * zz + d - d * v + d * lv);
+      x[i] = ld + lv;
+    }
+    for (int i = 0; i < 2 * TB && filled < V; i++)
+      if (ok[i]) w[filled++] = x[i];
+    j += TB;
+  }
+  if (L.power) {
+    const float alpha = L.alpha;
+    for (int64_t i0 = 0; i0 < V; i0 += 2 * TB) {
+      tf_block(k0, k1, uint32_t(i0 / 2), 3u, a, b);
+      const int64_t n = std::min<int64_t>(2 * TB, V - i0);
+      for (int l = 0; l < TB; l++) {
+        u[2 * l] = vlog(u01_open0(a[l]));
+        u[2 * l + 1] = vlog(u01_open0(b[l]));
+      }
+      float* wi = w + i0;
+      for (int64_t i = 0; i < n; i++) wi[i] = alpha * wi[i] + u[i];
+    }
+  }
+}
+
+static void logitnormal_weights(const Drawn& L, uint32_t k0, uint32_t k1, float* __restrict w) {
+  for (int64_t i0 = 0; i0 < L.V; i0 += 2 * TB) normals_block(k0, k1, uint32_t(i0 / 2), w + i0);  // w padded
+}
+
+// max of w[0..n) (n >= 1), 16 partial maxima (vectorised, deterministic)
+static float row_max(const float* __restrict w, int64_t n) {
+  float m[16];
+  for (int l = 0; l < 16; l++) m[l] = -INFINITY;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; l++) m[l] = w[i + l] > m[l] ? w[i + l] : m[l];
+  for (; i < n; i++) m[0] = w[i] > m[0] ? w[i] : m[0];
+  float r = m[0];
+  for (int l = 1; l < 16; l++) r = m[l] > r ? m[l] : r;
+  return r;
+}
+
+// sum_i exp(c (w_i - mx)) over w[0..n), c finite > 0, 16 partial sums
+static float row_sumexp(const float* __restrict w, int64_t n, float mx, float c) {
+  float s[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; l++) {
+      float y = w[i + l] == mx ? 0.0f : (w[i + l] - mx) * c;
+      s[l] += vexp_neg(y);
+    }
+  for (; i < n; i++) s[0] += vexp_neg(w[i] == mx ? 0.0f : (w[i] - mx) * c);
+  float t = 0.0f;
+  for (int l = 0; l < 16; l++) t += s[l];
+  return t;
+}
+
+// the K largest of w[0..V) into out[0..K), decreasing (a running threshold: candidates above it are buffered, the
+// buffer cut back to its K largest when it fills)
+static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __restrict buf, float* __restrict out) {
+  if (K >= V) {
+    std::memcpy(out, w, size_t(V) * 4);
+    std::sort(out, out + V, std::greater<float>());
+    return;
+  }
+  int64_t n = 0;
+  const int64_t cap = 2 * K + 2 * TB;
+  float thr = -INFINITY;
+  int64_t i = 0;
+  for (; i < K; i++) buf[n++] = w[i];
+  std::nth_element(buf, buf + (K - 1), buf + n, std::greater<float>());
+  thr = buf[K - 1];
+  auto take = [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; t++) {
+      if (w[t] > thr) {
+        buf[n++] = w[t];
+        if (n == cap) {
+          std::nth_element(buf, buf + (K - 1), buf + n, std::greater<float>());
+          n = K;
+          thr = buf[K - 1];
+        }
+      }
+    }
+  };
+  for (; i < V && (i & 15); i++) take(i, i + 1);
+  for (; i + 16 <= V; i += 16) {  // sixteen entries a vector compare; the rare ones above the threshold one by one
+    int32_t any = 0;
+    for (int l = 0; l < 16; l++) any |= int32_t(w[i + l] > thr);
+    if (any) take(i, i + 16);
+  }
+  take(i, V);
+  std::nth_element(buf, buf + (K - 1), buf + n, std::greater<float>());
+  std::sort(buf, buf + K, std::greater<float>());
+  std::memcpy(out, buf, size_t(K) * 4);
+}
+
+// the node's K (= row length Kr <= K, -inf past V) largest log-probabilities, decreasing, from draw key (k0, k1)
+static void draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, float* __restrict out) {
+  const int64_t V = L.V, Kr = std::min(L.K, L.V);
+  float* w = rb.w.data();
+  for (int64_t i = Kr; i < L.K; i++) out[i] = -INFINITY;
+  if (L.kind == DRAW_ZIPF) {  // already sorted: w = -log(i + 1), scaled by the node's exponent
+    alignas(64) float z[2 * TB];
+    normals_block(k0, k1, 0, z);
+    // the exponent in float32 (inf past its range, 0 below), then the temperatures' factor: a point mass or the
+    // uniform law stays so
+    const float s = float(std::exp(L.logs + L.s_sd * double(z[0])));
+    const float c = (s == 0.0f || !(s < INFINITY)) ? s : s * L.scale;
+    const float* nl = L.neglog;
+    if (!(c < INFINITY)) {  // the point mass on rank 0
+      out[0] = 0.0f;
+      for (int64_t i = 1; i < Kr; i++) out[i] = -INFINITY;
+      return;
+    }
+    float lse = std::log(row_sumexp(nl, V, 0.0f, c));
+    for (int64_t i = 0; i < Kr; i++) out[i] = std::fmin((nl[i] == 0.0f ? 0.0f : nl[i] * c) - lse, 0.0f);
+    return;
+  }
+  if (L.kind == DRAW_DIRICHLET)
+    dirichlet_weights(L, k0, k1, w);
+  else
+    logitnormal_weights(L, k0, k1, w);
+  const float c = L.scale;
+  const float mx = row_max(w, V);
+  if (!(c < INFINITY)) {  // the point mass (on the first largest entry: every other is -inf)
+    out[0] = 0.0f;
+    for (int64_t i = 1; i < Kr; i++) out[i] = -INFINITY;
+    return;
+  }
+  top_k(w, V, Kr, rb.sel.data(), out);
+  if (c == 0.0f) {  // uniform
+    float lu = -std::log(float(V));
+    for (int64_t i = 0; i < Kr; i++) out[i] = lu;
+    return;
+  }
+  const float lse = std::log(row_sumexp(w, V, mx, c));
+  for (int64_t i = 0; i < Kr; i++) out[i] = std::fmin((out[i] == mx ? 0.0f : (out[i] - mx) * c) - lse, 0.0f);
+}
+
+// the best-first search of trees [0, B) of a drawn law, one tree at a time, a heap frontier; each node's row of K
+// entries is drawn when the node is taken (the root's first)
+static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, int64_t P, const Out& out) {
+  const int64_t K = L.K, S = P + 1;
+  const size_t ns = size_t(S);
+  std::vector<float> rows(ns * size_t(K));
+  std::vector<Rec> rec(ns);
+  std::vector<uint64_t> hb(ns + 1);
+  RowBuf rb(L.V, K);
+  for (int64_t t = 0; t < B; t++) {
+    uint32_t k0 = tree_keys[2 * t], k1 = tree_keys[2 * t + 1];
+    Heap hp{hb.data(), 0};
+    {
+      uint32_t dk0[LANES], dk1[LANES];
+      uint32_t kk0[LANES] = {k0}, kk1[LANES] = {k1};
+      fold_in_const(kk0, kk1, 0, dk0, dk1);
+      draw_row(L, dk0[0], dk1[0], rb, rows.data());
+    }
+    rec[0] = Rec{0.0f, 0, 0, 0, 0, k0, k1, 0};
+    if (rows[0] != -INFINITY) hp.push(order_key(rows[0], 0));
+    for (int64_t n = 1; n <= P; n++) {
+      int64_t j = 0;
+      float m = -INFINITY;
+      if (hp.n > 0) {
+        uint64_t top = hp.h[1];
+        j = slot_of(top);
+        m = value_of(top);
+      }
+      Rec& p = rec[j];
+      int32_t r = p.ptr;
+      p.ptr = r + 1;
+      float nxt = (r + 1 < K) ? rows[size_t(j) * K + r + 1] : -INFINITY;
+      float cand = p.lp + nxt;
+      if (hp.n > 0) {
+        if (cand != -INFINITY)
+          hp.replace_top(order_key(cand, uint32_t(j)));
+        else
+          hp.pop();
+      }
+      uint32_t pk0[LANES] = {p.k0}, pk1[LANES] = {p.k1}, tag[LANES] = {2u + uint32_t(r)}, c0[LANES], c1[LANES];
+      fold_in(pk0, pk1, tag, c0, c1);
+      uint32_t dk0[LANES], dk1[LANES];
+      fold_in_const(c0, c1, 0, dk0, dk1);
+      float* row = rows.data() + size_t(n) * K;
+      draw_row(L, dk0[0], dk1[0], rb, row);
+      int32_t depth = p.depth + 1;
+      rec[n] = Rec{m, 0, 0, 0, depth, c0[0], c1[0], 0};
+      float c = m + row[0];
+      if (c != -INFINITY) hp.push(order_key(c, uint32_t(n)));
+      int64_t o = t * P + (n - 1);
+      out.parent[o] = int32_t(j) - 1;
+      out.depth[o] = depth;
+      out.logp[o] = m;
+      out.rank[o] = r;
+      out.state[o] = 0;
+      out.key[2 * o] = c0[0];
+      out.key[2 * o + 1] = c1[0];
+    }
+  }
+}
+
+// the drawn law of the attributes (false: an unknown kind)
+static bool drawn_law(Drawn& L, ffi::Buffer<ffi::F32>& table, int64_t kind, int64_t V, int64_t K, double a, double b,
+                      double scale) {
+  L.kind = int32_t(kind);
+  L.V = V;
+  L.K = K;
+  L.scale = float(scale);  // inf past the float range
+  if (kind == DRAW_DIRICHLET) {
+    double ag = a < 1.0 ? a + 1.0 : a, d = ag - 1.0 / 3.0;
+    L.alpha = float(a);
+    L.power = a < 1.0;
+    L.d = float(d);
+    L.cg = float(1.0 / std::sqrt(9.0 * d));
+    L.ld = float(std::log(d));
+  } else if (kind == DRAW_ZIPF) {
+    L.logs = std::log(a);
+    L.s_sd = b;
+    L.neglog = table.typed_data();
+  } else if (kind != DRAW_LOGITNORMAL) {
+    return false;
+  }
+  return true;
+}
+
+ffi::Error DrawnImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys, int64_t kind, int64_t V, int64_t K,
+                     double a, double b, double scale, ffi::ResultBuffer<ffi::S32> parent,
+                     ffi::ResultBuffer<ffi::S32> depth, ffi::ResultBuffer<ffi::F32> logp,
+                     ffi::ResultBuffer<ffi::S32> rank, ffi::ResultBuffer<ffi::S32> state,
+                     ffi::ResultBuffer<ffi::U32> key) {
+  auto kd = keys.dimensions();
+  auto od = logp->dimensions();
+  if (kd.size() < 1 || kd.back() != 2 || od.size() < 1 || V < 1 || K < 1)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: bad operand shapes");
+  if (kind == DRAW_ZIPF && int64_t(table.element_count()) < V)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: zipf needs its -log(i) table");
+  const int64_t P = od.back();
+  const int64_t B = int64_t(keys.element_count() / 2);
+  Drawn L{};
+  if (!drawn_law(L, table, kind, V, K, a, b, scale))
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: unknown drawn law");
+  Out out{parent->typed_data(), depth->typed_data(), rank->typed_data(), state->typed_data(), logp->typed_data(),
+          key->typed_data()};
+  search_drawn(L, keys.typed_data(), B, P, out);
+  return ffi::Error::Success();
+}
+
+
+// The rows (K largest log-probabilities, decreasing) that the drawn search gives nodes with these draw keys [B, 2]:
+// the node law itself (tests, benchmarks).
+ffi::Error DrawRowsImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys, int64_t kind, int64_t V, int64_t K,
+                        double a, double b, double scale, ffi::ResultBuffer<ffi::F32> rows) {
+  auto kd = keys.dimensions();
+  if (kd.size() < 1 || kd.back() != 2 || V < 1 || K < 1 || int64_t(rows->element_count()) != int64_t(keys.element_count() / 2) * K)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: bad operand shapes");
+  if (kind == DRAW_ZIPF && int64_t(table.element_count()) < V)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: zipf needs its -log(i) table");
+  Drawn L{};
+  if (!drawn_law(L, table, kind, V, K, a, b, scale))
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: unknown drawn law");
+  RowBuf rb(V, K);
+  const uint32_t* k = keys.typed_data();
+  float* out = rows->typed_data();
+  for (int64_t i = 0; i < int64_t(keys.element_count() / 2); i++) draw_row(L, k[2 * i], k[2 * i + 1], rb, out + i * K);
+  return ffi::Error::Success();
+}
+
 ffi::Error OracleImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys, int64_t init_kind,
                       int64_t child_kind, int64_t row_kind, int64_t n_init, int64_t n_hash,
                       ffi::ResultBuffer<ffi::S32> parent, ffi::ResultBuffer<ffi::S32> depth,
@@ -783,3 +1218,32 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimOracle, OracleImpl,
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::U32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimDrawn, DrawnImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("kind")
+                                  .Attr<int64_t>("V")
+                                  .Attr<int64_t>("K")
+                                  .Attr<double>("a")
+                                  .Attr<double>("b")
+                                  .Attr<double>("scale")
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::U32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimDrawRows, DrawRowsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("kind")
+                                  .Attr<int64_t>("V")
+                                  .Attr<int64_t>("K")
+                                  .Attr<double>("a")
+                                  .Attr<double>("b")
+                                  .Attr<double>("scale")
+                                  .Ret<ffi::Buffer<ffi::F32>>());

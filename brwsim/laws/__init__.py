@@ -8,12 +8,23 @@ registry :data:`LAWS` maps a family name to its class. Docs: docs/theory.md,
 "Laws".
 """
 
-from ._base import LAWS, PROB_TOL, Law, check_distribution, parse_law, rank_of, topk_sorted
+from ._base import (
+    LAWS,
+    PROB_TOL,
+    Law,
+    NativeDrawn,
+    NativeIndexed,
+    check_distribution,
+    parse_law,
+    rank_of,
+    topk_sorted,
+)
 from ._dirichlet import Dirichlet, dirichlet_moments, log_gamma_variates
 from ._fixed import Fixed, fixed_law
 from ._logitnormal import LogitNormal
 from ._markov import Markov, load_markov, markov_law
 from ._pool import Pool, load_pool
+from ._table import TableLaw
 from ._temp import Temp
 from ._zipf import Zipf
 
@@ -25,7 +36,10 @@ __all__ = [
     "Law",
     "LogitNormal",
     "Markov",
+    "NativeDrawn",
+    "NativeIndexed",
     "Pool",
+    "TableLaw",
     "Temp",
     "Zipf",
     "check_distribution",

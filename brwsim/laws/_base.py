@@ -14,7 +14,7 @@ ranked by token index, smaller first (the order of ``lax.top_k``):
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +30,47 @@ VOCAB_MAX = 2**31 - 1  # token indices are int32
 
 LAWS: dict[str, type] = {}  # SPEC family -> law class (read by parse_law)
 register = registrar(LAWS)
+
+
+class NativeIndexed(NamedTuple):
+    """How the native CPU kernel finds an indexed law's nodes: integer arithmetic on threefry bits, so the JAX
+    kernel's trees bit for bit (brwsim/data/oracle_native.cc).
+
+    ``init``: the root's state, 0 or ``randint(n_init)`` from its state key (1); ``child``: a child's state, 0 or
+    the table law's 32-bit hash of its parent's state and its rank modulo ``n_hash`` (1); ``row``: a node's row,
+    0, its state (1) or ``randint(rows)`` from its draw key (2).
+    """
+
+    init: int
+    child: int
+    row: int
+    n_init: int = 0
+    n_hash: int = 0
+
+
+class NativeDrawn(NamedTuple):
+    """How the native CPU kernel draws a node of a drawn i.i.d. law: V variates from a stream of its own (not the
+    JAX kernel's bits; the same law, brwsim/data/oracle_native.cc).
+
+    ``family``: ``dirichlet`` (``a`` = alpha), ``logitnormal`` or ``zipf`` (``a`` = s, ``b`` = s_sd); ``scale``: the
+    factor c of log p = c (w - max w) - log-sum-exp (1/alpha for alpha < 1, sigma, the temperatures' 1/T; for zipf
+    only the temperatures', the node's exponent multiplies it). ``inf``: the point mass, 0: the uniform law.
+    """
+
+    family: str
+    a: float = 0.0
+    b: float = 0.0
+    scale: float = 1.0
+
+
+def compose_scale(c: float, factor: float) -> float:
+    """``c * factor`` as float32 with scale_logits' limits: a point mass (inf) and the uniform law (0) stay so."""
+    with np.errstate(over="ignore"):
+        c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
+        f32 = np.float32(np.inf) if factor > float(np.finfo(np.float32).max) else np.float32(factor)
+        if np.isinf(c32) or c32 == 0:
+            return float(c32)
+        return float(c32 * f32)
 
 
 def topk_sorted(logp: jax.Array, K: int) -> jax.Array:
@@ -144,6 +185,20 @@ class Law:
     n_states = 1
     indexed = False
     spine_needs_rank = False  # True when a spine walk must know the rank of each step's child
+
+    def native_program(self) -> NativeIndexed | NativeDrawn | None:
+        """How the native CPU kernel serves this law (:class:`NativeIndexed`, :class:`NativeDrawn`), or None."""
+        return None
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """The oracle kernels that can serve this law, in the order ``--kernel auto`` prefers them: an indexed law
+        with a native program ``("native", "jax")`` (the same trees), a drawn one ``("jax", "native")`` (the native
+        kernel's own stream is asked for by name), any other ``("jax",)``."""
+        prog = self.native_program()
+        if prog is None:
+            return ("jax",)
+        return ("native", "jax") if isinstance(prog, NativeIndexed) else ("jax", "native")
 
     @classmethod
     def from_spec(cls, spec: Spec) -> Law:  # pragma: no cover - overridden

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from scipy.special import polygamma, psi
 
 from .._spec import Spec, number
-from ._base import Law, log_normalize, register, scale_logits, vocab_size
+from ._base import Law, NativeDrawn, compose_scale, log_normalize, register, scale_logits, vocab_size
 
 ALPHA_MAX = 1e20  # (V - 1) alpha stays far inside float32 in the Gamma sampler (the law is uniform long before)
 ALPHA_TINY = 1e-30  # below it log(U) / alpha may overflow float32: the scaled sampler (Dirichlet.full_logp)
@@ -49,6 +49,11 @@ class Dirichlet(Law):
             w = alpha_scaled_log_gamma(key, self.alpha, (self.V,))
             return log_normalize(scale_logits(w - jnp.max(w), 1.0 / self.alpha))
         return log_normalize(log_gamma_variates(key, self.alpha, (self.V,)))
+
+    def native_program(self) -> NativeDrawn:
+        return NativeDrawn(
+            "dirichlet", a=self.alpha, scale=compose_scale(1.0 / self.alpha, 1.0) if self.alpha < 1 else 1.0
+        )
 
     def exact_moments(self):
         return dirichlet_moments(self.V, self.alpha)

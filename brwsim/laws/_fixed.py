@@ -10,7 +10,7 @@ from .._moments import entropy_moments
 from .._registry import data_field
 from .._spec import Spec
 from ..errors import BrwsimError
-from ._base import Law, check_distribution, register, topk_sorted
+from ._base import Law, NativeIndexed, check_distribution, register, topk_sorted
 
 
 @register("fixed")
@@ -53,6 +53,9 @@ class Fixed(Law):
 
     def node_row(self, key, state):
         return jnp.int32(0)
+
+    def native_program(self) -> NativeIndexed:
+        return NativeIndexed(init=0, child=0, row=0)
 
     @property
     def deterministic(self) -> bool:

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .._spec import Spec, number
-from ._base import Law, log_normalize, register, scale_logits, vocab_size
+from ._base import Law, NativeDrawn, compose_scale, log_normalize, register, scale_logits, vocab_size
 
 
 @register("logitnormal")
@@ -38,3 +38,6 @@ class LogitNormal(Law):
     def full_logp(self, key, state):
         z = jax.random.normal(key, (self.V,))
         return log_normalize(scale_logits(z - jnp.max(z), self.sigma))
+
+    def native_program(self) -> NativeDrawn:
+        return NativeDrawn("logitnormal", scale=compose_scale(self.sigma, 1.0))

@@ -14,7 +14,7 @@ from .._moments import entropy_moments
 from .._registry import data_field
 from .._spec import Spec
 from ..errors import BrwsimError
-from ._base import PROB_TOL, Law, register
+from ._base import PROB_TOL, Law, NativeIndexed, register
 
 
 @register("pool")
@@ -73,6 +73,9 @@ class Pool(Law):
 
     def node_row(self, key, state):
         return self._row(key).astype(jnp.int32)
+
+    def native_program(self) -> NativeIndexed:
+        return NativeIndexed(init=0, child=0, row=2)
 
     def check_budget(self, P: int) -> None:
         k = self.vocab

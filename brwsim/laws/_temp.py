@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from .._registry import data_field
 from .._spec import Spec, number
 from ..errors import BrwsimError
-from ._base import Law, log_normalize, parse_law, register, scale_logits
+from ._base import Law, NativeDrawn, compose_scale, log_normalize, parse_law, register, scale_logits
 
 
 @register("temp")
@@ -51,6 +51,12 @@ class Temp(Law):
     def full_logp(self, key, state):
         lp = self.law.full_logp(key, state)
         return log_normalize(scale_logits(lp - jnp.max(lp), 1.0 / self.T))
+
+    def native_program(self) -> NativeDrawn | None:
+        inner = self.law.native_program()
+        if not isinstance(inner, NativeDrawn):
+            return None
+        return inner._replace(scale=compose_scale(inner.scale, 1.0 / self.T))
 
     @property
     def deterministic(self) -> bool:

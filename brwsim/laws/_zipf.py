@@ -10,7 +10,7 @@ import numpy as np
 
 from .._moments import entropy_moments
 from .._spec import Spec, number
-from ._base import Law, log_normalize, register, scale_logits, vocab_size
+from ._base import Law, NativeDrawn, log_normalize, register, scale_logits, vocab_size
 from ._fixed import cdf_step, cdf_tables
 
 S_SD_MAX = 1e30  # s_sd * N(0, 1) stays finite in float32
@@ -56,6 +56,9 @@ class Zipf(Law):
         if K <= self.V:
             return lp[:K]
         return jnp.concatenate([lp, jnp.full((K - self.V,), -jnp.inf, lp.dtype)])
+
+    def native_program(self) -> NativeDrawn:
+        return NativeDrawn("zipf", a=self.s, b=self.s_sd)
 
     @property
     def deterministic(self) -> bool:

@@ -1,8 +1,9 @@
 """The native CPU oracle: the same best-first search in C++, called from the jitted program through XLA's FFI.
 
 ``brwsim/data/oracle_native.cc`` builds exactly the trees of the JAX kernel
-(:mod:`._kernel`) for the laws it serves, bit for bit: the same threefry node
-keys, rows and states, the same float32 path sums, the same tie-break. It is
+(:mod:`._kernel`) for the indexed laws it serves, bit for bit: the same threefry
+node keys, rows and states, the same float32 path sums, the same tie-break; for
+drawn laws the same search on node rows from its own sampler (below). It is
 compiled on first use with the system C++ compiler (``$CXX``, else ``$CC``,
 else ``c++`` or ``g++``; ``-O3 -march=native``) into the user cache
 (``brwsim.user_cache_dir()/native``), keyed by the source, the flags, the
@@ -10,13 +11,21 @@ compiler, the CPU and the jaxlib version, so a changed source or jaxlib
 rebuilds. Without a compiler (or if the build fails) one line on stderr says
 so and the JAX kernel runs: never a failure.
 
-Laws served (:func:`program`): the indexed laws whose node process is integer
-arithmetic on threefry bits: ``fixed``, ``pool`` (a row by ``randint``), the
-benchmark's table law. Drawn laws (Dirichlet, logit-normal, Zipf) and Markov
-laws draw with floating-point transcendental functions (``log`` in the Gumbel
-draw of a state, gamma/normal variates), whose float32 values XLA computes
-with its own approximations: a C++ copy could not promise the same bits, so
-they stay on the JAX kernel.
+Laws served: each law declares it (``law.native_program()``, ``law.kernels``,
+:mod:`brwsim.laws`). Indexed laws (``fixed``, ``pool``, the benchmark's table
+law), whose node process is integer arithmetic on threefry bits, get the JAX
+kernel's trees bit for bit, and ``auto`` runs them natively. Drawn i.i.d. laws
+(``dirichlet``, ``logitnormal``, ``zipf``, ``temp`` of them) draw with float32
+log/exp/gamma/normal transforms that XLA computes with its own approximations:
+the native kernel draws them from a stream of its own (threefry under the same
+node keys; the sampler is described in oracle_native.cc), the same law but not
+the same bits, so it runs only when asked for by name (``kernel="native"``,
+``--kernel native``) and ``auto`` keeps the JAX kernel. It keeps every node's
+``min(K, V)`` largest entries (nothing is dropped or rerun). Each kernel gives
+the same trees whatever the batch, devices or processes. Markov laws (a Gumbel
+state draw) stay on the JAX kernel. The sampled-continuation check
+(``--check``) redraws node distributions with the JAX laws, so it belongs with
+the JAX kernel's trees.
 """
 
 from __future__ import annotations
@@ -33,7 +42,6 @@ import sys
 import threading
 from functools import cache, partial
 from importlib import resources
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,40 +52,32 @@ from jax.sharding import PartitionSpec
 from .._cache import user_cache_dir
 from .._devices import TREES_AXIS, mesh
 from ..errors import BrwsimError
-from ..laws import Fixed, Law, Pool
-from ..testing import TableLaw  # the benchmark's law (brwsim.testing imports the laws, not the oracle)
+from ..laws import Law, NativeDrawn, NativeIndexed
 from ..tree import DraftTree
 
 KERNELS = ("auto", "jax", "native")
 TARGET = "brwsim_oracle_native"
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
+TARGET_DRAWN = "brwsim_oracle_native_drawn"
+TARGET_ROWS = "brwsim_oracle_native_rows"
+# -fno-math-errno -fno-trapping-math: the drawn sampler's sqrt and selects vectorise (IEEE results unchanged)
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
+ROW_BYTES_MAX = 2**31  # a drawn law's rows of one tree: (P + 1) min(K, V) float32
 
-INIT_ZERO, INIT_RANDINT = 0, 1
-CHILD_ZERO, CHILD_HASH = 0, 1
-ROW_ZERO, ROW_STATE, ROW_RANDINT = 0, 1, 2
+DRAW_KINDS = {"dirichlet": 0, "logitnormal": 1, "zipf": 2}  # oracle_native.cc's DrawKind
 
-
-class Program(NamedTuple):
-    """How a served law's nodes get their hidden state and row (see oracle_native.cc)."""
-
-    init_kind: int
-    child_kind: int
-    row_kind: int
-    n_init: int
-    n_hash: int
+Program = NativeIndexed  # the native program of an indexed law (oracle_native.cc's InitKind, ChildKind, RowKind)
 
 
-def program(law: Law) -> Program | None:
-    """The native program of ``law``, or None when the native kernel does not serve it."""
-    kind = type(law)
-    if kind is Fixed:
-        return Program(INIT_ZERO, CHILD_ZERO, ROW_ZERO, 0, 0)
-    if kind is Pool:
-        return Program(INIT_ZERO, CHILD_ZERO, ROW_RANDINT, 0, 0)
-    if kind is TableLaw:
-        n = int(law.logp.shape[0])
-        return Program(INIT_RANDINT, CHILD_HASH, ROW_STATE, n, n)
-    return None
+def program(law: Law) -> NativeIndexed | None:
+    """The native program of an indexed ``law`` (the JAX kernel's trees), or None."""
+    prog = law.native_program()
+    return prog if isinstance(prog, NativeIndexed) else None
+
+
+def drawn_program(law: Law) -> NativeDrawn | None:
+    """How the native kernel draws a drawn ``law``'s nodes (its own stream), or None."""
+    prog = law.native_program()
+    return prog if isinstance(prog, NativeDrawn) else None
 
 
 _KERNEL: contextvars.ContextVar = contextvars.ContextVar("brwsim_oracle_kernel", default="auto")
@@ -149,6 +149,8 @@ def _build(cxx: str):
         os.replace(tmp, so)
     lib = ctypes.CDLL(str(so))
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.BrwsimOracle), platform="cpu")
+    jax.ffi.register_ffi_target(TARGET_DRAWN, jax.ffi.pycapsule(lib.BrwsimDrawn), platform="cpu")
+    jax.ffi.register_ffi_target(TARGET_ROWS, jax.ffi.pycapsule(lib.BrwsimDrawRows), platform="cpu")
     return lib
 
 
@@ -197,14 +199,21 @@ def use_native(law: Law, tree_keys, kernel: str | None, devices) -> bool:
         return False
     devs = devices or jax.local_devices()[:1]
     on_cpu = all(d.platform == "cpu" for d in devs)
-    served = program(law) is not None and _threefry(tree_keys)
-    if kernel == "native" and not (on_cpu and served):
-        why = "CPU devices" if not on_cpu else "the laws fixed, pool and the benchmark's table law (threefry keys)"
+    kernels = law.kernels if _threefry(tree_keys) else ("jax",)
+    if kernel == "native" and not (on_cpu and "native" in kernels):
+        why = "CPU devices" if not on_cpu else SERVED
         raise BrwsimError(f"the native oracle kernel serves only {why}; use --kernel jax or auto")
-    return on_cpu and served and available()
+    wanted = kernels[0] == "native" if kernel == "auto" else True
+    return on_cpu and wanted and available()
 
 
-def _call(law: Law, tree_keys, P: int, K: int, prog: Program):
+SERVED = (
+    "the laws fixed, pool and the benchmark's table law (the JAX kernel's trees) and, asked for by name, "
+    "dirichlet, logitnormal, zipf and temp of them (a stream of its own), with threefry keys"
+)
+
+
+def _call(law: Law, tree_keys, P: int, K: int, prog: NativeIndexed):
     """The FFI call on one device's batch: (tree, dropped)."""
     table = law.row_table(K).astype(jnp.float32)
     kd = jax.random.key_data(tree_keys).astype(jnp.uint32)
@@ -218,23 +227,88 @@ def _call(law: Law, tree_keys, P: int, K: int, prog: Program):
         jax.ShapeDtypeStruct((B, P), i32),
         jax.ShapeDtypeStruct((B, P, 2), jnp.uint32),
     )
-    attrs = {name: np.int64(v) for name, v in prog._asdict().items()}
+    names = ("init_kind", "child_kind", "row_kind", "n_init", "n_hash")
+    attrs = {name: np.int64(v) for name, v in zip(names, prog, strict=True)}
     parent, depth, logp, rank, state, key = jax.ffi.ffi_call(TARGET, outs, vmap_method="sequential")(table, kd, **attrs)
     tree = DraftTree(parent=parent, depth=depth, logP=logp, rank=rank, state=state, key=key)
     return tree, jnp.full((B,), -jnp.inf, jnp.float32)
 
 
+def _drawn_operands(law: Law, K: int, prog: NativeDrawn) -> tuple:
+    """(table, attributes) of a drawn law's FFI calls: zipf's -log(i) table (else a dummy) and the law's numbers."""
+    V = int(law.vocab)
+    if prog.family == "zipf":
+        table = -jnp.log(jnp.arange(1, V + 1, dtype=jnp.float32))[None]
+    else:
+        table = jnp.zeros((1, 1), jnp.float32)
+    attrs = dict(
+        kind=np.int64(DRAW_KINDS[prog.family]),
+        V=np.int64(V),
+        K=np.int64(K),
+        a=np.float64(prog.a),
+        b=np.float64(prog.b),
+        scale=np.float64(prog.scale),
+    )
+    return table, attrs
+
+
+def _call_drawn(law: Law, tree_keys, P: int, K: int, prog: NativeDrawn):
+    """The FFI call of a drawn law on one device's batch: (tree, dropped); every kept row is whole (nothing dropped)."""
+    table, attrs = _drawn_operands(law, K, prog)
+    kd = jax.random.key_data(tree_keys).astype(jnp.uint32)
+    B = kd.shape[0]
+    i32 = jnp.int32
+    outs = (
+        jax.ShapeDtypeStruct((B, P), i32),
+        jax.ShapeDtypeStruct((B, P), i32),
+        jax.ShapeDtypeStruct((B, P), jnp.float32),
+        jax.ShapeDtypeStruct((B, P), i32),
+        jax.ShapeDtypeStruct((B, P), i32),
+        jax.ShapeDtypeStruct((B, P, 2), jnp.uint32),
+    )
+    call = jax.ffi.ffi_call(TARGET_DRAWN, outs, vmap_method="sequential")
+    parent, depth, logp, rank, state, key = call(table, kd, **attrs)
+    tree = DraftTree(parent=parent, depth=depth, logP=logp, rank=rank, state=state, key=key)
+    return tree, jnp.full((B,), -jnp.inf, jnp.float32)
+
+
+@partial(jax.jit, static_argnames=("K", "prog"))
+def _rows(law: Law, draw_keys, K: int, prog: NativeDrawn):
+    table, attrs = _drawn_operands(law, K, prog)
+    kd = jax.random.key_data(draw_keys).astype(jnp.uint32)
+    out = jax.ShapeDtypeStruct((kd.shape[0], K), jnp.float32)
+    return jax.ffi.ffi_call(TARGET_ROWS, out, vmap_method="sequential")(table, kd, **attrs)
+
+
+def draw_rows(law: Law, draw_keys, K: int) -> jax.Array:
+    """The native kernel's node law: ``[B, K]``, the K largest log-probabilities (decreasing, -inf past V) it gives
+    the nodes whose draw keys (``fold_in(node key, 0)``, threefry) are ``draw_keys [B]``. A one-line error for a law
+    it does not draw or without a compiler."""
+    prog = drawn_program(law)
+    if prog is None or not _threefry(draw_keys):
+        raise BrwsimError(
+            f"the native kernel draws the nodes of dirichlet, logitnormal, zipf and temp of them only, not {law.spec()}"
+        )
+    if not available():
+        raise BrwsimError("the native kernel is unavailable (no C++ compiler)")
+    return _rows(law, draw_keys, K=int(K), prog=prog)
+
+
+def _dispatch(law: Law, tree_keys, P: int, K: int, prog):
+    return (_call_drawn if isinstance(prog, NativeDrawn) else _call)(law, tree_keys, P, K, prog)
+
+
 @partial(jax.jit, static_argnames=("P", "K", "prog"))
-def native_kernel(law: Law, tree_keys, P: int, K: int, prog: Program):
+def native_kernel(law: Law, tree_keys, P: int, K: int, prog):
     """The native search for a batch of trees on one CPU device: (tree ``[B, P]``, dropped ``[B]``)."""
-    return _call(law, tree_keys, P, K, prog)
+    return _dispatch(law, tree_keys, P, K, prog)
 
 
 @cache
-def _sharded(devices: tuple, P: int, K: int, prog: Program):
+def _sharded(devices: tuple, P: int, K: int, prog):
     trees = PartitionSpec(TREES_AXIS)
     f = jax.shard_map(
-        lambda law, keys: _call(law, keys, P, K, prog),
+        lambda law, keys: _dispatch(law, keys, P, K, prog),
         mesh=mesh(devices),
         in_specs=(PartitionSpec(), trees),
         out_specs=(trees, trees),
@@ -245,7 +319,14 @@ def _sharded(devices: tuple, P: int, K: int, prog: Program):
 
 def run_native(law: Law, tree_keys, P: int, K: int, devs) -> tuple:
     """(trees, dropped) of the native kernel, over ``devs`` (a tuple of CPU devices) if given."""
-    prog = program(law)
+    prog = law.native_program()
+    if isinstance(prog, NativeDrawn):
+        rows = (P + 1) * min(K, int(law.vocab)) * 4
+        if rows > ROW_BYTES_MAX:
+            raise BrwsimError(
+                f"P={P}: the native kernel keeps every node's {min(K, int(law.vocab))} largest entries, "
+                f"{rows / 1e9:.3g} GB a tree, more than {ROW_BYTES_MAX / 1e9:.3g} GB; use --kernel jax"
+            )
     if devs:
         return _sharded(devs, P, K, prog)(law, tree_keys)
     return native_kernel(law, tree_keys, P=P, K=K, prog=prog)
