@@ -1,6 +1,7 @@
 """Benchmark: drawn laws at real vocabulary sizes against the random-number floor and numpy.
 
     python benchmarks/draws.py [--V 1000,32000,262144] [--P 16,256] [--repeats 5] [--json] [--quick]
+                               [--laws ...] [--kernels jax,native] [--entries N] [--no-all-cores]
 
 A drawn law (``dirichlet``, ``logitnormal``, ``zipf`` with ``s_sd > 0``, a ``temp`` wrapper, a Markov law mixing
 them) pays, at every node the oracle opens, for a whole row of V entries: V random variates (Gamma or normal) and a
@@ -125,11 +126,15 @@ def numpy_side(name: str, V: int, P: int) -> _Side:
     return _Side("numpy", run, n)
 
 
-def bench(name: str, spec: str, P: int, repeats: int, log) -> list[dict]:
+def _kernels(law, wanted) -> list[str]:
+    return [k for k in wanted if k in law.kernels and (k == "jax" or _native.available())]
+
+
+def bench(name: str, spec: str, P: int, repeats: int, log, wanted=("jax", "native")) -> list[dict]:
     law = parse_law(spec)
     V = law.vocab
     K = min(V, P)
-    kernels = [k for k in ("jax", "native") if k in law.kernels and (k == "jax" or _native.available())]
+    kernels = _kernels(law, wanted)
     oracles = [_brwsim_side(f"oracle {k}", law, P, K, 1, _batch(V, P), kernel=k) for k in kernels]
     draws = [draws_side(law, P, k) for k in kernels]
     floor, npy = floor_side(V), numpy_side(name, V, P)
@@ -157,10 +162,10 @@ def bench(name: str, spec: str, P: int, repeats: int, log) -> list[dict]:
     return out
 
 
-def all_cores(name: str, spec: str, P: int, repeats: int) -> list[dict]:
+def all_cores(name: str, spec: str, P: int, repeats: int, wanted=("jax", "native")) -> list[dict]:
     law = parse_law(spec)
     out = []
-    for k in [k for k in ("jax", "native") if k in law.kernels and (k == "jax" or _native.available())]:
+    for k in _kernels(law, wanted):
         side = _brwsim_side("oracle all cores", law, P, min(law.vocab, P), "all", None, kernel=k)
         _rounds(repeats, [side], [], [])
         cores = len(os.sched_getaffinity(0))
@@ -179,6 +184,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="V = 1000 and 32000, P = 16, 2 rounds")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-all-cores", action="store_true", help="skip the all-cores figures")
+    ap.add_argument("--kernels", default="jax,native", help="oracle kernels to time (default jax,native)")
     ap.add_argument("--entries", type=int, default=2**24, help="variates per timed call (default 2^24)")
     args = ap.parse_args(argv)
     ENTRIES = args.entries
@@ -186,6 +192,7 @@ def main(argv=None) -> int:
     Ps = [16] if args.quick else [int(x) for x in args.P.split(",")]
     repeats = 2 if args.quick else args.repeats
     names = [x.strip() for x in args.laws.split(",") if x.strip()]
+    wanted = tuple(x.strip() for x in args.kernels.split(",") if x.strip())
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
     log(f"one core, pinned; jax {jax.__version__}; {os.cpu_count()} cpus; {time.strftime('%Y-%m-%d %H:%M')}")
     log(f"{'law':>12} {'kernel':>6} {'V':>7} {'P':>5} {'ns/node':>12} {'ns/var':>9} {'draw/var':>9} {'floor':>8} "
@@ -197,9 +204,9 @@ def main(argv=None) -> int:
             specs = laws(V, tmp)
             for name in names:
                 for P in Ps:
-                    results.extend(bench(name, specs[name], P, repeats, log))
+                    results.extend(bench(name, specs[name], P, repeats, log, wanted))
                 if not args.no_all_cores:
-                    wide.extend(all_cores(name, specs[name], Ps[-1], repeats))
+                    wide.extend(all_cores(name, specs[name], Ps[-1], repeats, wanted))
     if args.json:
         print(json.dumps({
             "results": results, "all_cores": wide, "date": time.strftime("%Y-%m-%d"), "jax": jax.__version__,

@@ -968,12 +968,22 @@ static float row_sumexp(const float* __restrict w, int64_t n, float mx, float c)
   return t;
 }
 
-// the K largest of w[0..V) into out[0..K), decreasing (a running threshold: candidates above it are buffered, the
-// buffer cut back to its K largest when it fills)
+constexpr int64_t SORTED0 = 16;  // entries of a fresh row sorted at once; the rest when the search reaches them
+
+// Sort row[done..) far enough that entries [0, need] are in decreasing order (the row's first `done` already are and
+// are each >= every later one); returns the new sorted length (doubling, at most K).
+static inline int64_t sort_more(float* row, int64_t done, int64_t need, int64_t K) {
+  int64_t to = std::min(K, std::max(need + 1, 2 * done));
+  std::partial_sort(row + done, row + to, row + K, std::greater<float>());
+  return to;
+}
+
+// the K largest of w[0..V) into out[0..K), the first min(K, SORTED0) sorted decreasing, each of them >= every later
+// entry (a running threshold: candidates above it are buffered, the buffer cut back to its K largest when it fills)
 static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __restrict buf, float* __restrict out) {
   if (K >= V) {
     std::memcpy(out, w, size_t(V) * 4);
-    std::sort(out, out + V, std::greater<float>());
+    std::partial_sort(out, out + std::min(V, SORTED0), out + V, std::greater<float>());
     return;
   }
   int64_t n = 0;
@@ -1003,11 +1013,12 @@ static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __rest
   }
   take(i, V);
   std::nth_element(buf, buf + (K - 1), buf + n, std::greater<float>());
-  std::sort(buf, buf + K, std::greater<float>());
+  std::partial_sort(buf, buf + std::min(K, SORTED0), buf + K, std::greater<float>());
   std::memcpy(out, buf, size_t(K) * 4);
 }
 
-// the node's K (= row length Kr <= K, -inf past V) largest log-probabilities, decreasing, from draw key (k0, k1)
+// the node's K (= row length Kr <= K, -inf past V) largest log-probabilities from draw key (k0, k1): the first
+// min(Kr, SORTED0) decreasing, each >= every later entry (the rest in no order: sort_more)
 static void draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, float* __restrict out) {
   const int64_t V = L.V, Kr = std::min(L.K, L.V);
   float* w = rb.w.data();
@@ -1068,7 +1079,8 @@ static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, i
       fold_in_const(kk0, kk1, 0, dk0, dk1);
       draw_row(L, dk0[0], dk1[0], rb, rows.data());
     }
-    rec[0] = Rec{0.0f, 0, 0, 0, 0, k0, k1, 0};
+    const int64_t sorted0 = std::min(K, SORTED0);  // Rec.row: how many of the slot's row entries are sorted
+    rec[0] = Rec{0.0f, int32_t(sorted0), 0, 0, 0, k0, k1, 0};
     if (rows[0] != -INFINITY) hp.push(order_key(rows[0], 0));
     for (int64_t n = 1; n <= P; n++) {
       int64_t j = 0;
@@ -1081,6 +1093,7 @@ static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, i
       Rec& p = rec[j];
       int32_t r = p.ptr;
       p.ptr = r + 1;
+      if (r + 1 < K && r + 1 >= p.row) p.row = int32_t(sort_more(rows.data() + size_t(j) * K, p.row, r + 1, K));
       float nxt = (r + 1 < K) ? rows[size_t(j) * K + r + 1] : -INFINITY;
       float cand = p.lp + nxt;
       if (hp.n > 0) {
@@ -1096,7 +1109,7 @@ static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, i
       float* row = rows.data() + size_t(n) * K;
       draw_row(L, dk0[0], dk1[0], rb, row);
       int32_t depth = p.depth + 1;
-      rec[n] = Rec{m, 0, 0, 0, depth, c0[0], c1[0], 0};
+      rec[n] = Rec{m, int32_t(sorted0), 0, 0, depth, c0[0], c1[0], 0};
       float c = m + row[0];
       if (c != -INFINITY) hp.push(order_key(c, uint32_t(n)));
       int64_t o = t * P + (n - 1);
@@ -1173,7 +1186,10 @@ ffi::Error DrawRowsImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys,
   RowBuf rb(V, K);
   const uint32_t* k = keys.typed_data();
   float* out = rows->typed_data();
-  for (int64_t i = 0; i < int64_t(keys.element_count() / 2); i++) draw_row(L, k[2 * i], k[2 * i + 1], rb, out + i * K);
+  for (int64_t i = 0; i < int64_t(keys.element_count() / 2); i++) {
+    draw_row(L, k[2 * i], k[2 * i + 1], rb, out + i * K);
+    std::sort(out + i * K, out + (i + 1) * K, std::greater<float>());
+  }
   return ffi::Error::Success();
 }
 
