@@ -30,7 +30,7 @@ from ._moments import Moments, entropy_moments
 from ._processes import start as start_processes
 from ._stats import CONVENTION, Stat
 from .errors import BrwsimError
-from .estimate import PResult, SimulationResult, oracle_values, simulate
+from .estimate import PResult, SimulateOptions, SimulationResult, oracle_values, simulate, simulate_with
 from .laws import Law, parse_law
 from .oracle import clear_caches
 from .theory import Bounds
@@ -46,6 +46,7 @@ __all__ = [
     "Law",
     "Moments",
     "PResult",
+    "SimulateOptions",
     "SimulationResult",
     "Stat",
     "Stream",
@@ -58,6 +59,7 @@ __all__ = [
     "parse_law",
     "resolve_devices",
     "simulate",
+    "simulate_with",
     "start_processes",
     "stream_key",
     "tree_keys",

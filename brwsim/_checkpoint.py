@@ -47,10 +47,10 @@ def _umask() -> int:
 
 
 # the modules behind a tree's value (with every brwsim module they import), the driver that adds the values
-# up, and the C++ kernel: their sources are the code version of a checkpoint; the bounds, the command line and
-# the real-model side are not in it
+# up (its running sums and their gathering across processes), and the C++ kernel: their sources are the code
+# version of a checkpoint; the bounds, the command line and the real-model side are not in it
 TREE_CODE = ("tree", "oracle", "drafters", "laws", "_keys", "_stats", "_lowering", "_devices")
-DRIVER = "estimate.py"
+DRIVER = ("estimate.py", "_sums.py", "_gather.py")
 
 
 def _module_file(name: str) -> Path | None:
@@ -81,7 +81,7 @@ def _imports(name: str, path: Path) -> set[str]:
 @functools.cache
 def code_version() -> str:
     """A hash of the code behind a tree's value: the sources of :data:`TREE_CODE` and of every brwsim module
-    they import, of :data:`DRIVER`, the C++ kernel's source, and the JAX, jaxlib and NumPy versions."""
+    they import, of the :data:`DRIVER` files, the C++ kernel's source, and the JAX, jaxlib and NumPy versions."""
     h = hashlib.sha256(f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpy {np.__version__}".encode())
     todo, files = [f"brwsim.{m}" for m in TREE_CODE], {}
     while todo:
@@ -90,7 +90,7 @@ def code_version() -> str:
         if path is not None and name not in files:
             files[name] = path
             todo += sorted(_imports(name, path))
-    for p in sorted({*files.values(), PACKAGE / DRIVER, *PACKAGE.rglob("*.cc")}):
+    for p in sorted({*files.values(), *(PACKAGE / f for f in DRIVER), *PACKAGE.rglob("*.cc")}):
         h.update(f"\0{p.relative_to(PACKAGE).as_posix()}\0".encode() + p.read_bytes())
     return h.hexdigest()[:16]
 
