@@ -1018,27 +1018,37 @@ static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __rest
 }
 
 // the node's K (= row length Kr <= K, -inf past V) largest log-probabilities from draw key (k0, k1): the first
-// min(Kr, SORTED0) decreasing, each >= every later entry (the rest in no order: sort_more)
-static void draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, float* __restrict out) {
+// min(Kr, SORTED0) decreasing, each >= every later entry (the rest in no order: sort_more). Returns how many of the
+// K entries are sorted (all of them for zipf, a point mass and the uniform law).
+static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, float* __restrict out) {
   const int64_t V = L.V, Kr = std::min(L.K, L.V);
   float* w = rb.w.data();
   for (int64_t i = Kr; i < L.K; i++) out[i] = -INFINITY;
   if (L.kind == DRAW_ZIPF) {  // already sorted: w = -log(i + 1), scaled by the node's exponent
-    alignas(64) float z[2 * TB];
-    normals_block(k0, k1, 0, z);
+    // normal 0 of stream 1 (as normals_block computes it), from the one counter it needs
+    uint32_t kk0[LANES], kk1[LANES], c0[LANES] = {0}, c1[LANES], a[LANES], b[LANES];
+    for (int l = 0; l < LANES; l++) {
+      kk0[l] = k0;
+      kk1[l] = k1;
+      c1[l] = 1u;
+    }
+    threefry(kk0, kk1, c0, c1, a, b);
+    float cs, sn;
+    vsincos2pi(u01_24(b[0]), &cs, &sn);
+    const float z0 = __builtin_sqrtf(-2.0f * vlog(u01_open0(a[0]))) * cs;
     // the exponent in float32 (inf past its range, 0 below), then the temperatures' factor: a point mass or the
     // uniform law stays so
-    const float s = float(std::exp(L.logs + L.s_sd * double(z[0])));
+    const float s = float(std::exp(L.logs + L.s_sd * double(z0)));
     const float c = (s == 0.0f || !(s < INFINITY)) ? s : s * L.scale;
     const float* nl = L.neglog;
     if (!(c < INFINITY)) {  // the point mass on rank 0
       out[0] = 0.0f;
       for (int64_t i = 1; i < Kr; i++) out[i] = -INFINITY;
-      return;
+      return L.K;
     }
     float lse = std::log(row_sumexp(nl, V, 0.0f, c));
     for (int64_t i = 0; i < Kr; i++) out[i] = std::fmin((nl[i] == 0.0f ? 0.0f : nl[i] * c) - lse, 0.0f);
-    return;
+    return L.K;
   }
   if (L.kind == DRAW_DIRICHLET)
     dirichlet_weights(L, k0, k1, w);
@@ -1049,16 +1059,17 @@ static void draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, float
   if (!(c < INFINITY)) {  // the point mass (on the first largest entry: every other is -inf)
     out[0] = 0.0f;
     for (int64_t i = 1; i < Kr; i++) out[i] = -INFINITY;
-    return;
+    return L.K;
   }
   top_k(w, V, Kr, rb.sel.data(), out);
   if (c == 0.0f) {  // uniform
     float lu = -std::log(float(V));
     for (int64_t i = 0; i < Kr; i++) out[i] = lu;
-    return;
+    return L.K;
   }
   const float lse = std::log(row_sumexp(w, V, mx, c));
   for (int64_t i = 0; i < Kr; i++) out[i] = std::fmin((out[i] == mx ? 0.0f : (out[i] - mx) * c) - lse, 0.0f);
+  return std::min(Kr, SORTED0);
 }
 
 // the best-first search of trees [0, B) of a drawn law, one tree at a time, a heap frontier; each node's row of K
@@ -1073,14 +1084,14 @@ static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, i
   for (int64_t t = 0; t < B; t++) {
     uint32_t k0 = tree_keys[2 * t], k1 = tree_keys[2 * t + 1];
     Heap hp{hb.data(), 0};
+    int64_t sorted_root;
     {
       uint32_t dk0[LANES], dk1[LANES];
       uint32_t kk0[LANES] = {k0}, kk1[LANES] = {k1};
       fold_in_const(kk0, kk1, 0, dk0, dk1);
-      draw_row(L, dk0[0], dk1[0], rb, rows.data());
+      sorted_root = draw_row(L, dk0[0], dk1[0], rb, rows.data());
     }
-    const int64_t sorted0 = std::min(K, SORTED0);  // Rec.row: how many of the slot's row entries are sorted
-    rec[0] = Rec{0.0f, int32_t(sorted0), 0, 0, 0, k0, k1, 0};
+    rec[0] = Rec{0.0f, int32_t(sorted_root), 0, 0, 0, k0, k1, 0};  // Rec.row: how many row entries are sorted
     if (rows[0] != -INFINITY) hp.push(order_key(rows[0], 0));
     for (int64_t n = 1; n <= P; n++) {
       int64_t j = 0;
@@ -1107,9 +1118,9 @@ static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, i
       uint32_t dk0[LANES], dk1[LANES];
       fold_in_const(c0, c1, 0, dk0, dk1);
       float* row = rows.data() + size_t(n) * K;
-      draw_row(L, dk0[0], dk1[0], rb, row);
+      const int64_t sorted_n = draw_row(L, dk0[0], dk1[0], rb, row);
       int32_t depth = p.depth + 1;
-      rec[n] = Rec{m, int32_t(sorted0), 0, 0, depth, c0[0], c1[0], 0};
+      rec[n] = Rec{m, int32_t(sorted_n), 0, 0, depth, c0[0], c1[0], 0};
       float c = m + row[0];
       if (c != -INFINITY) hp.push(order_key(c, uint32_t(n)));
       int64_t o = t * P + (n - 1);
