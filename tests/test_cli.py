@@ -181,6 +181,9 @@ def test_compiled_programs_kept_on_disk_give_the_same_numbers(processes, tmp_pat
         runs.append({k: v for k, v in json.loads(out).items() if k != "seconds"})
         assert any((tmp_path / "xla").iterdir()), "the first run kept no compiled program"
     assert runs[0] == runs[1]
+    # cache off: nothing kept in the user cache (a run with the least to compile: the cache is opened, or not,
+    # before any law is read, and its programs would be written there too)
     env |= {"BRWSIM_XLA_CACHE": "off", "BRWSIM_CACHE": str(tmp_path / "user")}
-    _stdout(processes, cmd + ["4"], env=env)
+    off = [sys.executable, "-m", "brwsim", "simulate", "--law", "fixed:probs=0.5/0.5", "--P", "1", "--trees", "1"]
+    assert json.loads(_stdout(processes, off + ["--json"], env=env))["results"][0]["mean"] == 0.5
     assert not (tmp_path / "user" / "xla").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import shutil
 import types
 from pathlib import Path
 
@@ -18,11 +19,11 @@ from experiments import common
 # bounds; the real oracle on the shipped model) is tested in test_theory, test_estimate, test_llm and
 # test_processes, and real_drafters below runs the real oracle too.
 CORE = [
+    "real_drafters",  # the slowest first (tests/conftest.py: slow files first)
     "entropy_table",
     "scaling_in_P",
     "collapse",
     "threshold_vs_oracle",
-    "real_drafters",
 ]
 
 
@@ -32,15 +33,45 @@ def out(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def quick_out(tmp_path_factory):
+    """One output root for the quick runs of this module (each experiment run once per process: :func:`quick`)."""
+    return tmp_path_factory.mktemp("quick-out")
+
+
+@pytest.fixture(scope="module")
+def quick(quick_out):
+    """``quick(name)``: experiment ``name`` run with ``--quick`` into ``quick_out``, once per process (later calls
+    return the first run's result); the tests that need a first run share it instead of computing it again."""
+    infos: dict = {}
+
+    def run(name: str) -> dict:
+        if name not in infos:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("BRWSIM_OUT", str(quick_out))
+                infos[name] = importlib.import_module(f"experiments.{name}").main(["--quick"])
+        return infos[name]
+
+    return run
+
+
+def _with_quick_cache(quick, quick_out, out, names):
+    """``out`` given the cached points of the quick runs of ``names`` (run first where this process has not)."""
+    for name in names:
+        quick(name)
+    for cache in (quick_out / "results").rglob(".cache"):  # (quick mode keeps its points under results/quick)
+        shutil.copytree(cache, out / cache.relative_to(quick_out), dirs_exist_ok=True)
+
+
 def _rows(path):
     with open(path) as f:
         return list(csv.DictReader(f))
 
 
 @pytest.mark.parametrize("name", CORE)
-def test_experiment_quick_writes_rows_and_figure(name, out):
-    mod = importlib.import_module(f"experiments.{name}")
-    info = mod.main(["--quick"])
+def test_experiment_quick_writes_rows_and_figure(name, quick, quick_out):
+    out = quick_out
+    info = quick(name)
     rows = _rows(out / "results" / "quick" / f"{name}.csv")
     assert rows
     for col in ("law", "P", "statistic", "mean", "ci95", "seed", "version"):
@@ -56,10 +87,11 @@ def test_experiment_quick_writes_rows_and_figure(name, out):
         assert all(float(r["ci95"]) >= 0 for r in ex)
 
 
-def test_second_run_recomputes_nothing(out):
+def test_second_run_recomputes_nothing(quick, quick_out, monkeypatch):
     from experiments import scaling_in_P
 
-    scaling_in_P.main(["--quick"])
+    quick("scaling_in_P")  # the first run (shared with test_experiment_quick_writes_rows_and_figure)
+    monkeypatch.setenv("BRWSIM_OUT", str(quick_out))
     before = dict(common.COUNTERS)
     scaling_in_P.main(["--quick"])
     assert common.COUNTERS["computed"] == before.get("computed", 0)
@@ -69,7 +101,8 @@ def test_second_run_recomputes_nothing(out):
     assert common.COUNTERS["computed"] == before.get("computed", 0) + 1
 
 
-def test_reproduce_writes_report(out):
+def test_reproduce_writes_report(out, quick, quick_out):
+    _with_quick_cache(quick, quick_out, out, ["entropy_table", "collapse"])  # their points: not computed again
     path = reproduce.run(quick=True, only=["entropy_table", "collapse"])
     text = path.read_text()
     assert path == out / "figures" / "quick" / "REPORT.md"
@@ -102,8 +135,9 @@ def test_entropy_table_reads_every_real_model_in_order(out, monkeypatch):
     assert rows[1]["mu2/mu^2"] == 0.25
 
 
-def test_reproduce_only_replaces_its_sections_and_keeps_the_others(out):
+def test_reproduce_only_replaces_its_sections_and_keeps_the_others(out, quick, quick_out):
     """``--only`` rewrites the named sections of an existing report in place and keeps every other section."""
+    _with_quick_cache(quick, quick_out, out, ["collapse"])
     figures = out / "figures" / "quick"
     figures.mkdir(parents=True)
     old = (
