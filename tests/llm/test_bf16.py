@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_specdec import PROMPTS, V, WORDS, word_tokenizer
+from test_specdec import PROMPTS, WORDS, V, word_tokenizer
 from tiny_llm import tiny_llama
 
 pytestmark = pytest.mark.needs_llm
