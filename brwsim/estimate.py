@@ -46,7 +46,7 @@ from ._stats import RunningStat
 from ._sums import Sums as _Sums
 from .drafters import Oracle, draft_stats, drafter_batches, parse_draft_law, parse_drafter
 from .errors import BrwsimError, check_P_list, check_positive_int
-from .laws import Law, parse_law
+from .laws import Law, NativeDrawn, parse_law
 from .oracle import clear_caches, default_batch, kernel_choice, oracle_batch  # noqa: F401 - default_batch: see plan_batch
 from .results import PResult, SimulationResult
 from .spine import law_curves
@@ -264,6 +264,11 @@ def _prepare(opts: SimulateOptions) -> Run:
     if not isinstance(d, Oracle):
         dlaw = parse_draft_law(opts.draft_law)
         dlaw.check(law_obj)
+    native = str(opts.kernel).strip().lower() == "native"
+    if opts.check and native and isinstance(law_obj.native_program(), NativeDrawn):
+        # the check redraws each node with the JAX kernel's law stream; the native sampler's rows are another stream
+        raise BrwsimError("--check re-samples the JAX kernel's node draws, which --kernel native does not make for "
+                          f"{opts.law}: use --kernel jax or auto with --check")  # fmt: skip
     run = Run(opts, jax.random.key(seed), law_obj, d, dlaw, P_list, trees, seed, batch)
     run.ckpt = resume.open_checkpoint(run, opts.checkpoint, opts.keep_values)
     if opts.round_trees is not None:

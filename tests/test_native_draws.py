@@ -258,3 +258,14 @@ def test_cli_native_kernel_on_a_drawn_law(capsys):
     args = ["simulate", "--law", "dirichlet:V=20,alpha=0.5", "--P", "4", "--trees", "16", "--json"]
     assert main([*args, "--kernel", "native"]) == 0
     assert json.loads(capsys.readouterr().out)["law"] == "dirichlet:V=20,alpha=0.5"
+
+
+def test_check_refuses_the_native_sampler():
+    """--check re-samples the JAX kernel's node draws: with the native sampler's own stream it would score other
+    trees, so the combination is a one-line error (an indexed law, whose trees are the JAX kernel's, is allowed)."""
+    import brwsim
+    from brwsim.errors import BrwsimError
+
+    with pytest.raises(BrwsimError, match="--check re-samples the JAX kernel's node draws"):
+        brwsim.simulate("dirichlet:V=10,alpha=0.5", P=(1,), trees=4, seed=0, check=True, kernel="native",
+                        bounds=False, progress=False)  # fmt: skip
