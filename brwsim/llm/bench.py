@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from ..errors import BrwsimError, check_positive_int
+from ..speedup._timing import _synced_times
 from .sources import load_source
 from .sources._hf import synchronize, to_numpy
 from .sources._prompts import humaneval
@@ -26,14 +27,7 @@ from .sources._prompts import humaneval
 
 def _median_time(fn, repeat: int, device: str = "cpu") -> float:
     """Median seconds of ``repeat`` calls, the device synchronised before and after each (CUDA is asynchronous)."""
-    ts = []
-    for _ in range(repeat):
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return statistics.median(_synced_times(fn, repeat, device))
 
 
 def run(model: str = "smollm2-135m", repeat: int = 3, prompt_index: int = 32, device: str = "cpu") -> dict:

@@ -213,9 +213,9 @@ SERVED = (
 )
 
 
-def _call(law: Law, tree_keys, P: int, K: int, prog: NativeIndexed):
-    """The FFI call on one device's batch: (tree, dropped)."""
-    table = law.row_table(K).astype(jnp.float32)
+def _tree_call(target: str, table, tree_keys, P: int, attrs: dict):
+    """One FFI search call (``target``: the indexed or the drawn handler) on one device's batch: (tree, dropped); every
+    kept row is whole, so nothing is dropped."""
     kd = jax.random.key_data(tree_keys).astype(jnp.uint32)
     B = kd.shape[0]
     i32 = jnp.int32
@@ -227,11 +227,16 @@ def _call(law: Law, tree_keys, P: int, K: int, prog: NativeIndexed):
         jax.ShapeDtypeStruct((B, P), i32),
         jax.ShapeDtypeStruct((B, P, 2), jnp.uint32),
     )
-    names = ("init_kind", "child_kind", "row_kind", "n_init", "n_hash")
-    attrs = {name: np.int64(v) for name, v in zip(names, prog, strict=True)}
-    parent, depth, logp, rank, state, key = jax.ffi.ffi_call(TARGET, outs, vmap_method="sequential")(table, kd, **attrs)
+    parent, depth, logp, rank, state, key = jax.ffi.ffi_call(target, outs, vmap_method="sequential")(table, kd, **attrs)
     tree = DraftTree(parent=parent, depth=depth, logP=logp, rank=rank, state=state, key=key)
     return tree, jnp.full((B,), -jnp.inf, jnp.float32)
+
+
+def _call(law: Law, tree_keys, P: int, K: int, prog: NativeIndexed):
+    """The FFI call of an indexed law on one device's batch: (tree, dropped)."""
+    names = ("init_kind", "child_kind", "row_kind", "n_init", "n_hash")
+    attrs = {name: np.int64(v) for name, v in zip(names, prog, strict=True)}
+    return _tree_call(TARGET, law.row_table(K).astype(jnp.float32), tree_keys, P, attrs)
 
 
 def _drawn_operands(law: Law, K: int, prog: NativeDrawn) -> tuple:
@@ -253,23 +258,9 @@ def _drawn_operands(law: Law, K: int, prog: NativeDrawn) -> tuple:
 
 
 def _call_drawn(law: Law, tree_keys, P: int, K: int, prog: NativeDrawn):
-    """The FFI call of a drawn law on one device's batch: (tree, dropped); every kept row is whole (nothing dropped)."""
+    """The FFI call of a drawn law on one device's batch: (tree, dropped)."""
     table, attrs = _drawn_operands(law, K, prog)
-    kd = jax.random.key_data(tree_keys).astype(jnp.uint32)
-    B = kd.shape[0]
-    i32 = jnp.int32
-    outs = (
-        jax.ShapeDtypeStruct((B, P), i32),
-        jax.ShapeDtypeStruct((B, P), i32),
-        jax.ShapeDtypeStruct((B, P), jnp.float32),
-        jax.ShapeDtypeStruct((B, P), i32),
-        jax.ShapeDtypeStruct((B, P), i32),
-        jax.ShapeDtypeStruct((B, P, 2), jnp.uint32),
-    )
-    call = jax.ffi.ffi_call(TARGET_DRAWN, outs, vmap_method="sequential")
-    parent, depth, logp, rank, state, key = call(table, kd, **attrs)
-    tree = DraftTree(parent=parent, depth=depth, logP=logp, rank=rank, state=state, key=key)
-    return tree, jnp.full((B,), -jnp.inf, jnp.float32)
+    return _tree_call(TARGET_DRAWN, table, tree_keys, P, attrs)
 
 
 @partial(jax.jit, static_argnames=("K", "prog"))
