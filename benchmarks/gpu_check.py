@@ -157,7 +157,8 @@ def _greedy(src, drafters, prompts, n: int, P: int) -> dict:
             g = speculative_generate(src, d, ids, n, P, T=0)
             diff = [i for i, (a, b) in enumerate(zip(g.tokens, ref, strict=True)) if a != b]
             rows.append({"differ": len(diff), "first": diff[0] if diff else None,
-                         "accepted_per_call": sum(g.accepted) / g.calls, "tokens_per_s": g.tokens_per_second})  # fmt: skip
+                         "accepted_per_call": sum(g.accepted) / g.calls,
+                         "tokens_per_s": g.tokens_per_second})  # fmt: skip
         out[d.name] = rows
     return out
 
