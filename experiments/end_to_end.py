@@ -7,14 +7,18 @@ skipped, saved as its own transformers directory) and every task (HumanEval
 code, pydoc prose, ShareGPT chat), at two budgets: the P the planner picks for
 that drafter and task (the best P of its speedup table on this CPU,
 experiments/speedup.py's ``drafter_tables``: E[X] from the real-drafters rows
-with the builder fixed in advance, t_verify and the drafter's pass measured
-here) and one other P: 8 when the pick is P = 0 (do not speculate: its run is
+with the builder fixed in advance, t_verify measured here, and the drafter's
+drafting per call measured here in speculative decoding at every budget of the
+grid, on calibration prompts of the real-drafters run: its passes per call at
+their own row counts and its host work, as a fraction of the plain step) and
+one other P: 8 when the pick is P = 0 (do not speculate: its run is
 plain decoding beside the drafter's prefill, a check of the loop's overhead),
 32 when the pick is 1..8, else 4.
 
-Per prompt (``--n`` per task, default 16, in experiments.common.prompt_order's
-interleaved order), on the shipped model at temperature 1 (the temperature of
-the real-drafters E[X]): ``--new-tokens`` tokens (default 128; an end token
+Per prompt (``--n`` per task, default 16, held out from the planner: none of
+the 64 a task whose E[X] the planner reads; ``held_out_order``), on the
+shipped model at temperature 1 (the temperature of the real-drafters E[X]):
+``--new-tokens`` tokens (default 128; an end token
 does not stop generation) by real speculative decoding (brwsim.llm.specdec:
 the drafter's fixed builder drafts a tree of at most P nodes, the target
 verifies it in one pass with a tree attention mask, exact recursive rejection
@@ -60,6 +64,7 @@ MODEL = "smollm2-135m"
 TASKS = ("humaneval", "pydoc", "sharegpt")
 MODEL_DIR_LAYERS = "13-20"  # the model:DIR drafter: the target with these layers skipped, saved as a directory
 MODEL_DIR_ROWS = f"layerskip:skip={MODEL_DIR_LAYERS}"  # ... whose E[X] rows and draft cost are this drafter's
+PLANNER_PROMPTS = 64  # prompts a task of the real-drafters run: the planner's E[X]; the runs here score others
 
 
 def settings(
@@ -99,12 +104,14 @@ def other_Ps(table) -> list[int]:
 
 def predictions(quick: bool, seed: int, device: str = "cpu", names: list[str] | None = None) -> dict:
     """{(task, drafter name): SpeedupTable} of the planner on this CPU (or with the target's step and the drafters'
-    passes timed on ``device``); ``names``: only these drafters of the rows (default: every one, timed once for
-    experiments.speedup too)."""
+    drafting per call timed on ``device``); ``names``: only these drafters of the rows (default: every one, timed
+    once for experiments.speedup too)."""
     params = planner.settings(quick, seed) | {"device": device}
     cpu = planner.cpu_cost(params, params["P"])
     costs = planner.all_costs(params) if names is None else planner.drafter_costs(params, names)
-    return {(task, name): t for panel, task, name, t in planner.drafter_tables(params, cpu, costs) if panel == "cpu"}
+    calls = planner.drafter_calls(params, names or planner.row_drafters())
+    tables = planner.drafter_tables(params, cpu, costs, calls)
+    return {(task, name): t for panel, task, name, t in tables if panel == "cpu"}
 
 
 def predicted_at(table, P: int) -> tuple[float, float, float]:
@@ -329,11 +336,30 @@ def main(argv=None) -> dict:
     return report(params, points, tables)
 
 
+def held_out_order(tasks, n: int, seed: int, planner_n: int = PLANNER_PROMPTS) -> list:
+    """``n`` prompts per task that the planner never saw: each task's source without the ``planner_n`` prompts
+    the real-drafters run measured E[X] on (and the per-call draft cost was calibrated on), ``n`` evenly spaced
+    over the rest, in a seeded random order, interleaved task by task."""
+    from brwsim.llm.sources import load_prompts
+    from brwsim.llm.sources._prompts import spread
+
+    rng = np.random.default_rng([seed, 22])
+    per = []
+    for task in tasks:
+        every = load_prompts(task)
+        seen = {p.id for p in spread(every, planner_n)}
+        rest = spread([p for p in every if p.id not in seen], n)
+        if len(rest) < n:
+            raise SystemExit(f"end_to_end: error: {task} has {len(rest)} prompts outside the planner's {planner_n}")
+        per.append([rest[i] for i in rng.permutation(len(rest))])
+    return [ps[i] for i in range(n) for ps in per]
+
+
 def _prompts(params: dict, path: str | None) -> list:
-    """This run's prompts: ``n`` per task in experiments.common.prompt_order's interleaved order, or read back from a
+    """This run's prompts: ``n`` per task held out from the planner's (:func:`held_out_order`), or read back from a
     file that --dump-prompts wrote (the same prompts on a machine that lacks their sources)."""
     if not path:
-        return common.prompt_order(params["tasks"], params["n"], params["seed"])
+        return held_out_order(params["tasks"], params["n"], params["seed"])
     from brwsim.llm.sources._prompts import Prompt
 
     rows = [json.loads(line) for line in open(path) if line.strip()]

@@ -48,11 +48,14 @@ import brwsim
 from brwsim.errors import BrwsimError
 from brwsim.speedup import (
     DraftCost,
+    RooflineCost,
     TableCost,
     best_P_set,
     fixed_grid,
     grown_table,
     measured_cost,
+    model_shape,
+    preset,
     speedup_table,
     verify_cost,
 )
@@ -72,10 +75,17 @@ GPU_P_CAP = 2**20  # doubles from GPU_P_START until the best P is interior (brws
 MEASURED_UP_TO = "E[X] measured up to P = {P}"
 
 
+TASKS = ("humaneval", "pydoc", "sharegpt")  # the real-drafters run's tasks, in its prompt order
+
+
 def settings(quick: bool, seed: int) -> dict:
+    # calls: calibration prompts (the first of the real-drafters run's order, 1 or 2 a task) and tokens per run
+    # of the per-call draft cost measured in speculative decoding (:func:`drafter_calls`)
     if quick:
-        return dict(P=[1, 2, 4, 8, 16], context=256, repeats=3, seed=seed, replicates=200)
-    return dict(P=[1, 2, 4, 8, 16, 32, 64], context=256, repeats=9, seed=seed, replicates=2000)
+        return dict(P=[1, 2, 4, 8, 16], context=256, repeats=3, seed=seed, replicates=200, quick=True,
+                    calls_prompts=3, calls_tokens=8)  # fmt: skip
+    return dict(P=[1, 2, 4, 8, 16, 32, 64], context=256, repeats=9, seed=seed, replicates=2000, quick=False,
+                calls_prompts=6, calls_tokens=24)  # fmt: skip
 
 
 def _read(name: str) -> list[dict]:
@@ -259,11 +269,69 @@ def drafter_costs(params: dict, names: list[str]) -> dict:
     return {r["name"]: r for r in common.cached(NAME, key, compute)}
 
 
-def _draft_cost(c: dict, where: str, t0: float = 0.0) -> DraftCost:
-    """A drafter's cost: on the CPU, its measured fraction of the target's step (pass / step, both timed in the same
-    interleaved rounds) times ``t0``, the t_verify(0) of the CPU cost the tables use (None t_pass: no model pass;
-    the pass's absolute time is from another timing session than ``t0`` and is not used); on the h100 roofline,
-    derived from its footprint."""
+def call_spec(name: str, quick: bool) -> str:
+    """The drafter SPEC run in speculative decoding for a drafter of the rows: the drafter itself (its passes per
+    call depend on its own q), an EAGLE head as the head the rows measured (``eagle-head-chat`` is
+    ``eagle-head:chat``; the quick head in --quick mode, which trains in seconds)."""
+    if name.startswith("eagle-head"):
+        return "eagle-head:quick" if quick or "quick" in name else "eagle-head:" + name[len("eagle-head-") :]
+    return name
+
+
+def calibration_prompts(params: dict) -> list:
+    """The prompts the per-call draft cost is measured on: the first ``calls_prompts`` of the real-drafters run's
+    order (its 64 a task; experiments.end_to_end scores prompts outside them)."""
+    return common.prompt_order(TASKS, 64, params["seed"])[: params["calls_prompts"]]
+
+
+def drafter_calls(params: dict, names: list[str]) -> dict:
+    """Per real drafter of the rows (on the measured device): its drafting per target call in real speculative
+    decoding at every budget of the grid (brwsim.speedup.measure_draft_calls: seconds, passes and rows per call,
+    as a fraction of the plain step around it), on :func:`calibration_prompts` (cached per machine)."""
+
+    def compute():
+        from brwsim.llm.drafters import open_drafter
+        from brwsim.llm.sources import load_source
+        from brwsim.speedup import measure_draft_calls
+
+        src = load_source(MODEL, threads=1, device=device_of(params))
+        ids = [src.encode(p.text) for p in calibration_prompts(params)]
+        out = []
+        for name in names:
+            spec = call_spec(name, params["quick"])
+            if spec.startswith("layerskip:auto"):
+                continue
+            d = open_drafter(spec, src, log=lambda m: print(m, flush=True))
+            print(f"speedup: {name}: drafting per call in speculative decoding, P = {params['P']}", flush=True)
+            dc = measure_draft_calls(d, src, ids, params["P"], params["calls_tokens"], 1.0, params["seed"], name)
+            out.append({"name": name, "spec": spec, **dc.to_dict()})
+        return out
+
+    key = {"what": "drafter_calls", "names": names, "P": params["P"], "node": platform.node()} | _device_key(params)
+    key |= {k: params[k] for k in ("seed", "calls_prompts", "calls_tokens", "quick")}
+    key |= {"version": brwsim.__version__}
+    return {r["name"]: r for r in common.cached(NAME, key, compute)}
+
+
+def _draft_cost(c: dict, where: str, t0: float = 0.0, calls: dict | None = None) -> DraftCost:
+    """A drafter's cost. With ``calls`` (:func:`drafter_calls`' row of the drafter): per call, as the builder
+    spends it in speculative decoding: on the CPU (or the measured device) its measured fraction of the plain step
+    at each budget times ``t0``, the t_verify(0) of the table it enters; on the h100 roofline its measured passes
+    per call, each its footprint's one-row pass on the roofline scaled to its measured rows per pass
+    (RooflineCost.pass_time: the weights read once, each row's KV values and FLOPs). Without: one pass per drafted
+    node, the pass on the CPU its measured fraction of the target's step (pass / step, both timed in the same
+    interleaved rounds) times ``t0``, on the h100 roofline derived from its footprint (None t_pass: no pass)."""
+    if calls is not None:
+        from brwsim.llm.drafters._base import PassFootprint
+        from brwsim.speedup import DraftCalls
+
+        dc = DraftCalls.from_dict({k: v for k, v in calls.items() if k != "spec"})
+        if where == "cpu":
+            return dc.cost(t0)
+        fp = PassFootprint.from_dict(c["footprint"])
+        roof = RooflineCost(preset(GPU), model_shape(params=1.0), 2.0, 512)  # a pass's time reads no target shape
+        one = roof.pass_time(fp)
+        return dc.pass_cost(lambda r: c["h100_pass"] * (roof.pass_time(fp, r) / one if one else 0.0), "on the roofline")
     if where == "cpu":
         if c["t_pass"] is None:
             return DraftCost(0.0, "P", f"{c['name']}: no model pass", "none")
@@ -277,10 +345,11 @@ def _draft_cost(c: dict, where: str, t0: float = 0.0) -> DraftCost:
     return DraftCost(c["h100_pass"], "P", label, "derived")
 
 
-def drafter_tables(params: dict, cpu, costs: dict) -> list[tuple[str, str, str, object]]:
+def drafter_tables(params: dict, cpu, costs: dict, calls: dict | None = None) -> list[tuple[str, str, str, object]]:
     """(panel, task, drafter, SpeedupTable) for the oracle and every real drafter of the real-drafters rows (the
-    same prompts), with each drafter's draft cost (``costs``: :func:`all_costs`): measured here on the CPU, derived
-    from its footprint on the h100 roofline; where the best is the largest P measured, at least that P."""
+    same prompts), with each drafter's draft cost (``costs``: :func:`all_costs`; ``calls``: :func:`drafter_calls`,
+    per call as the builder spends it, where given): measured here on the CPU, derived on the h100 roofline; where
+    the best is the largest P measured, at least that P."""
     rows = _read("real_drafters")
     names = list(dict.fromkeys(r["drafter"] for r in rows if r.get("drafter")))
     if not names:
@@ -298,9 +367,15 @@ def drafter_tables(params: dict, cpu, costs: dict) -> list[tuple[str, str, str, 
                     continue
                 ex = _drafter_ex(rows, label, name, P_max)
                 if ex:
-                    t = speedup_table(ex, cost, _draft_cost(costs[name], panel, cost.t_verify(0)), drafter=name)
+                    dc = _draft_cost(costs[name], panel, cost.t_verify(0), (calls or {}).get(name))
+                    t = speedup_table(ex, cost, dc, drafter=name)
                     out.append((panel, task, name, fixed_grid([t], MEASURED_UP_TO)[0]))
     return out
+
+
+def row_drafters() -> list[str]:
+    """The drafters of the real-drafters rows, in their order."""
+    return list(dict.fromkeys(r["drafter"] for r in _read("real_drafters") if r.get("drafter")))
 
 
 def all_costs(params: dict) -> dict:
@@ -403,6 +478,21 @@ def cost_rows(costs: dict, params: dict) -> list[dict]:
     return out
 
 
+def call_rows(calls: dict, params: dict) -> list[dict]:
+    """Per drafter and budget, the per-call draft cost measured in speculative decoding: ``draft_call_fraction``
+    (mean over the calibration prompts of drafting seconds per call over the plain step around it, Student t
+    half-width), with the seconds, passes and rows per pass behind it."""
+    out = []
+    for name, c in calls.items():
+        for i, P in enumerate(c["P"]):
+            out.append(common.row(name, P, "draft_call_fraction", c["fraction"][i], c["fraction_ci95"][i],
+                                  c["prompts"], params["seed"], panel="cpu", spec=c["spec"],
+                                  seconds_per_call=c["seconds"][i], passes_per_call=c["passes"][i],
+                                  rows_per_pass=c["rows"][i], t_step=c["t_step"],
+                                  new_tokens=c["new_tokens"]))  # fmt: skip
+    return out
+
+
 def main(argv=None) -> dict:
     args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
     params = settings(args.quick, args.seed)
@@ -428,17 +518,19 @@ def main(argv=None) -> dict:
         lines.append(f"cpu oracle, {task}: best P set {b.near_best} (bootstrap over prompts and repeats), smallest "
                      f"{b.smallest}; point best {b.P_hat}{edge}")  # fmt: skip
     cost = next(c[2].cost for c in curves if c[0] == "cpu")
-    dt = drafter_tables(params, cost, costs)
+    calls = drafter_calls(params, row_drafters())
+    dt = drafter_tables(params, cost, costs, calls)
     counts = {r["law"].split("/")[-1]: r["trees"] for r in _read("real_drafters") if r["statistic"] == "oracle"}
     for panel, task, name, t in dt:
         b = t.best
         rows.append(common.row(f"{MODEL}/{task}", b.P, "drafter_best_speedup", b.speedup, b.speedup_ci95, 0,
                                params["seed"], panel=panel, drafter=name, t_pass=t.draft.t_pass,
-                               draft_cost=t.draft.kind, ex=b.ex, at_edge=t.at_edge(), best=t.best_text()))  # fmt: skip
+                               t_draft=b.t_draft, draft_cost=t.draft.kind, ex=b.ex, at_edge=t.at_edge(),
+                               best=t.best_text()))  # fmt: skip
         lines.append(f"{panel} {task} {name}: best {t.best_text()}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
-                     f"(estimate; draft pass {1e3 * t.draft.t_pass:.3g} ms, {t.draft.kind}; E[X] over the "
+                     f"(estimate; drafting {1e3 * b.t_draft:.3g} ms a call there, {t.draft.kind}; E[X] over the "
                      f"real-drafters run's {counts.get(task, '?')} prompts)")  # fmt: skip
-    rows += cost_rows(costs, params)
+    rows += cost_rows(costs, params) + call_rows(calls, params)
     figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []
     common.write_rows(NAME, rows)
     write_cpu_cost(cost, cpu_times(params, params["P"]))

@@ -502,3 +502,78 @@ def test_a_model_dir_drafter_reads_its_weights_at_its_own_dtype(tmp_path):
     assert next(d.src.model.parameters()).dtype == torch.float32 and d.target_bits == 16.0
     layer = 2 * 16 * 16 + 2 * 16 * 8 + 3 * 16 * 32 + 2 * 16
     assert d.footprint().weights == ((float(layer + 16 + 7 * 16), 32.0),)  # fp32 as loaded, not the target's bf16
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Draft costs per target call (measured in speculative decoding)
+
+
+def test_per_call_draft_cost_is_interpolated_between_budgets_and_never_extrapolated():
+    dc = DraftCost(0.5, ((1, 2.0), (4, 5.0)), "toy", "measured", per_call=((1, 0.1), (4, 0.4)))
+    assert dc.t_draft(0) == 0.0 and dc.t_draft(1) == 0.1 and dc.t_draft(4) == 0.4
+    assert dc.t_draft(2) == pytest.approx(0.2) and dc.n_passes(3) == pytest.approx(4.0)
+    with pytest.raises(BrwsimError, match="P = 1 .. 4; P = 8 is outside: measure that budget"):
+        dc.t_draft(8)
+    per_pass = DraftCost(0.5, ((1, 2.0), (4, 5.0)), "toy", "measured")  # passes per call x one pass
+    assert per_pass.t_draft(4) == 2.5 and per_pass.t_draft(2) == pytest.approx(1.5)
+    assert DraftCost(0.5).t_draft(3) == 1.5 and DraftCost(0.5, 2).t_draft(9) == 1.0  # one a node; level by level
+    t = speedup_table([(1, 0.5, 0.0), (4, 1.0, 0.0)], TableCost({0: 1.0, 1: 1.0, 4: 1.0}), dc)
+    assert [r.t_draft for r in t.rows] == [0.0, 0.1, 0.4] and t.rows[2].speedup == pytest.approx(2.0 / 1.4)
+
+
+def test_a_pass_of_several_rows_reads_the_weights_once():
+    shape = ModelShape("toy", params=1000.0, layers=2, kv_heads=1, head_dim=4, attn_dim=8)
+    fp = PassFootprint(((1000.0, None),), shape.kv_values_per_token(), 2, 8)
+    mem = RooflineCost(HW, shape, 2.0, 9)  # memory-bound: each extra row adds its KV values only
+    assert mem.pass_time(fp, 1.0) == mem.pass_time(fp) == (2000 + 16 * 2 * 10) / 100.0
+    assert mem.pass_time(fp, 4.0) == (2000 + 16 * 2 * 13) / 100.0
+    fast = RooflineCost(Hardware("ridge", 1e12, 1.0), shape, 2.0, 9)  # compute-bound: rows x the FLOPs
+    assert fast.pass_time(fp, 3.0) == 3 * fp.flops(9)
+
+
+def test_draft_calls_give_the_tables_step_times_the_fraction_and_the_roofline_its_passes():
+    from brwsim.speedup import DraftCalls
+
+    dc = DraftCalls("toy", (1, 8), (0.25, 1.5), (0.05, None), (0.02, 0.12), (2.0, 5.0), (1.5, 4.0), 0.08, 3, 24)
+    cost = dc.cost(2.0)
+    assert cost.per_call == ((1, 0.5), (8, 3.0)) and cost.per_call_ci95 == ((1, 0.1), (8, None))
+    assert cost.t_draft(8) == 3.0 and cost.n_passes(8) == 5.0 and cost.repeats == 3 and cost.kind == "measured"
+    assert DraftCalls.from_dict(json.loads(json.dumps(dc.to_dict()))) == dc
+    shape = ModelShape("toy", params=1000.0, layers=2, kv_heads=1, head_dim=4, attn_dim=8)
+    fp = PassFootprint(((1000.0, None),), shape.kv_values_per_token(), 2, 8)
+    roof = RooflineCost(HW, shape, 2.0, 9)
+    rc = dc.roofline_cost(roof, fp)
+    assert rc.t_draft(1) == pytest.approx(2.0 * roof.pass_time(fp, 1.5))
+    assert rc.t_draft(8) == pytest.approx(5.0 * roof.pass_time(fp, 4.0)) and rc.kind == "derived"
+    assert dc.roofline_cost(roof, NO_PASS).t_draft(8) == 0.0
+
+
+def test_measure_draft_calls_pairs_each_budget_with_the_plain_runs_around_it(monkeypatch):
+    import brwsim.llm.specdec as specdec
+    from brwsim._stats import t95
+    from brwsim.speedup import measure_draft_calls
+
+    plains = iter([None, 1.0, 3.0, 2.0, None, 1.0, 1.0, 1.0])  # per prompt: warm-up, then one plain per 2 budgets
+    spec = iter([(0.4, 2), (0.9, 3), (0.3, 6), (0.2, 2), (0.5, 3), (0.1, 6)])  # (draft seconds per call, passes)
+
+    def plain(target, ids, n, T, rng):
+        s = next(plains)
+        return SimpleNamespace(seconds=(s or 1.0) * n, tokens=[0] * n)
+
+    def specgen(target, drafter, ids, n, P, T, rng):
+        s, k = next(spec)
+        return SimpleNamespace(draft_seconds=s * 2, calls=2, draft_passes=2 * k, draft_rows=8 * k)
+
+    monkeypatch.setattr(specdec, "plain_generate", plain)
+    monkeypatch.setattr(specdec, "speculative_generate", specgen)
+    dc = measure_draft_calls(SimpleNamespace(name="toy"), None, [[1], [2]], [1, 2, 4], new_tokens=4)
+    # prompt 1: P = 1, 2 between plains 1 and 3 (step 2), P = 4 between 3 and 2 (2.5); prompt 2: every step 1
+    f = {1: [0.2, 0.2], 2: [0.45, 0.5], 4: [0.12, 0.1]}
+    assert dc.fraction == pytest.approx(tuple(np.mean(f[P]) for P in (1, 2, 4)))
+    assert dc.fraction_ci95[0] == pytest.approx(0.0) and dc.fraction_ci95[1] == pytest.approx(
+        t95(2) * np.std(f[2], ddof=1) / np.sqrt(2)
+    )
+    assert dc.passes == (2.0, 3.0, 6.0) and dc.rows == (4.0, 4.0, 4.0)
+    assert dc.t_step == pytest.approx(np.mean([1.0, 3.0, 2.0, 1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="budgets must be >= 1"):
+        measure_draft_calls(SimpleNamespace(name="toy"), None, [[1]], [0, 1])

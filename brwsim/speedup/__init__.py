@@ -13,10 +13,13 @@ table (docs/speedup.md).
   (:class:`brwsim.llm.drafters._base.PassFootprint`) through the same roofline as the target.
 - :func:`grown_table`: the P grid doubled until the best P is interior ("at least P, still rising" otherwise);
   :func:`acceptance_vector`: Sequoia's positional acceptance rates from a comma list or its saved vector.
+- :func:`measure_draft_calls` -> :class:`DraftCalls`: a drafter's drafting seconds, passes and rows per target
+  call measured in real speculative decoding at each budget (what the planner charges a real drafter).
 - :mod:`._timing`: wall-clock timing of a verification pass (device-synchronised) and of this machine's peaks.
 - :func:`speedup_table`, :func:`from_simulation`, :func:`from_llm` -> :class:`SpeedupTable` (rows, ``best``).
 """
 
+from ._calls import DraftCalls, measure_draft_calls
 from ._costs import (
     ORACLE,
     AchievedRooflineCost,
@@ -72,6 +75,7 @@ __all__ = [
     "AchievedRooflineCost",
     "BestP",
     "PRESETS",
+    "DraftCalls",
     "DraftCost",
     "Hardware",
     "ModelShape",
@@ -94,6 +98,7 @@ __all__ = [
     "from_simulation",
     "isotonic_fit",
     "measure_cost",
+    "measure_draft_calls",
     "measure_draft_cost",
     "footprint_cost",
     "modelled_draft_cost",

@@ -199,16 +199,19 @@ class RooflineCost(VerifyCost):
         b = self.breakdown(P)
         return max(b["t_memory"], b["t_compute"]) + self.hardware.overhead
 
-    def pass_time(self, fp) -> float:
+    def pass_time(self, fp, rows: float = 1.0) -> float:
         """Seconds of one pass of a model of footprint ``fp`` (a :class:`brwsim.llm.drafters._base.PassFootprint`:
         one new token after ``context``) through this roofline: its weights at their own bits (``bytes_per_param``
         where it declares none), its KV cache at ``kv_bytes``, max(bytes / bandwidth, FLOPs / peak) + overhead; 0 for
-        a footprint with no model pass. The target's own step, ``t_verify(0)``, is the same formula on its shape."""
+        a footprint with no model pass. The target's own step, ``t_verify(0)``, is the same formula on its shape.
+        ``rows``: new tokens in the pass (a tree builder's pass scores several nodes): the weights are read once,
+        each row adds its KV values and its FLOPs."""
         if fp.empty:
             return 0.0
         kvb = self.bytes_per_param if self.kv_bytes is None else self.kv_bytes
-        t_mem = fp.nbytes(self.bytes_per_param, kvb, self.context) / self.hardware.bandwidth
-        return max(t_mem, fp.flops(self.context) / self.hardware.flops) + self.hardware.overhead
+        extra = fp.kv_values * kvb * max(rows - 1.0, 0.0)
+        t_mem = (fp.nbytes(self.bytes_per_param, kvb, self.context) + extra) / self.hardware.bandwidth
+        return max(t_mem, rows * fp.flops(self.context) / self.hardware.flops) + self.hardware.overhead
 
     def ridge_P(self) -> float:
         """The budget where compute time overtakes memory time (weights only): bw-bound below, compute-bound above."""
@@ -320,16 +323,24 @@ class AchievedRooflineCost(VerifyCost):
 
 @dataclasses.dataclass(frozen=True)
 class DraftCost:
-    """t_draft(P) = passes(P) x ``t_pass``: ``passes`` is ``"P"`` (one drafter pass per drafted token, as a
-    best-first or chain drafter needs) or a fixed number of passes per tree (a drafter that drafts level by level).
+    """t_draft(P): the seconds a drafter spends per target call drafting a tree of at most ``P`` nodes.
+
+    Two forms. Per pass: t_draft(P) = passes(P) x ``t_pass``, where ``passes`` is ``"P"`` (one drafter pass per
+    drafted token, as a chain drafter needs), a fixed number of passes per tree (a drafter that drafts level by
+    level) or the measured mean passes per call at each budget (``((P, passes), ...)``, linearly interpolated
+    between the budgets measured). Per call: ``per_call`` = ``((P, seconds), ...)``, the drafting seconds per
+    call measured in a real generation loop (the builder's own passes at their own row counts, its host work and
+    its catch-up pass for the accepted tokens), which then is t_draft(P), linearly interpolated between the
+    budgets measured; a budget outside them is refused (measure it).
 
     A measured cost also carries ``t_pass_ci95`` (``t_pass`` is the mean pass time over the ``repeats``, this the
     Student t 95% half-width of that mean), ``t_step`` (the target's mean decoding step, timed in the same
     interleaved rounds), ``fraction`` (the mean over rounds of pass / step) and ``fraction_ci95`` (its Student t
-    95% half-width); a derived one its ``fraction`` of the target's step."""
+    95% half-width); a derived one its ``fraction`` of the target's step. A per-call cost measured in the loop
+    carries ``per_call_ci95`` (``((P, half-width), ...)``, Student t over the prompts)."""
 
     t_pass: float = 0.0
-    passes: str | int = "P"
+    passes: str | int | tuple = "P"
     label: str = "oracle (no draft cost: the speed of light)"
     kind: str = "none"
     t_pass_ci95: float | None = None
@@ -337,17 +348,42 @@ class DraftCost:
     fraction: float | None = None
     repeats: int = 0
     fraction_ci95: float | None = None
+    per_call: tuple | None = None
+    per_call_ci95: tuple | None = None
 
-    def n_passes(self, P: int) -> int:
+    def n_passes(self, P: int) -> float:
         if P == 0:
             return 0
-        return P if self.passes == "P" else int(self.passes)
+        if self.passes == "P":
+            return P
+        if isinstance(self.passes, (tuple, list)):
+            return _budget_interp(self.passes, P, f"{self.label}: passes per call")
+        return int(self.passes)
 
     def t_draft(self, P: int) -> float:
+        if P == 0:
+            return 0.0
+        if self.per_call is not None:
+            return _budget_interp(self.per_call, P, f"{self.label}: seconds per call")
         return self.n_passes(P) * self.t_pass
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _budget_interp(pairs, P: int, what: str) -> float:
+    """The value at budget ``P`` of measured ``(P, value)`` pairs: linear between the budgets measured; none
+    outside them (a draft cost is not extrapolated: measure the budget)."""
+    table = {int(k): float(v) for k, v in pairs}
+    ks = sorted(table)
+    if P in table:
+        return table[P]
+    if not ks or P < ks[0] or P > ks[-1]:
+        span = f"{ks[0]} .. {ks[-1]}" if ks else "no budget"
+        raise BrwsimError(f"{what} measured at P = {span}; P = {P} is outside: measure that budget")
+    lo, hi = max(k for k in ks if k < P), min(k for k in ks if k > P)
+    w = (P - lo) / (hi - lo)
+    return (1 - w) * table[lo] + w * table[hi]
 
 
 ORACLE = DraftCost()

@@ -198,3 +198,37 @@ def test_rejection_step_is_exact_for_any_candidates():
         acc = np.mean([a for a, _ in out])
         want = p[cand].sum()
         assert abs(acc - want) <= 4 * np.sqrt(want * (1 - want) / n) + 1e-12, cand
+
+
+def test_draft_passes_and_rows_are_counted_per_generation(tiny, drafters):
+    """Every token the target accepted is scored once by a draft model that follows the text (its catch-up rows),
+    passes and rows start after the prompt's prefill, and P = 0 drafts nothing at all."""
+    from brwsim.llm.specdec import speculative_generate
+
+    prompt, n = PROMPTS[0], 16
+    for d in drafters:
+        none = speculative_generate(tiny, d, prompt, n, 0, T=0)
+        assert none.draft_passes == none.draft_rows == 0 and none.accepted == [0] * n, d.name
+        g = speculative_generate(tiny, d, prompt, n, 4, T=0)
+        if d.name.startswith("lookup"):  # a proposer: no model pass
+            assert g.draft_passes == g.draft_rows == 0
+            continue
+        caught_up = sum(a + 1 for a in g.accepted[:-1])  # the text's new tokens before the last call
+        assert g.draft_passes >= g.calls - 1 and g.draft_rows >= caught_up + (g.calls - 1), d.name  # + >= 1 node
+
+
+def test_measured_draft_calls_on_a_tiny_target(tiny, drafters):
+    """brwsim.speedup.measure_draft_calls runs the real loop: fractions, passes and rows per budget, and the cost
+    it gives a table is that fraction times the table's step."""
+    from brwsim.speedup import measure_draft_calls
+
+    skip, lookup = drafters[0], drafters[2]
+    dc = measure_draft_calls(skip, tiny, PROMPTS[:2], [1, 4], new_tokens=8, T=1.0, seed=3)
+    assert dc.P == (1, 4) and dc.prompts == 2 and dc.new_tokens == 8 and dc.t_step > 0
+    assert all(f > 0 for f in dc.fraction) and all(c is not None and c >= 0 for c in dc.fraction_ci95)
+    assert all(n > 0 for n in dc.passes) and all(r >= 1 for r in dc.rows) and dc.passes[1] > dc.passes[0]
+    cost = dc.cost(2.0)
+    assert cost.t_draft(4) == pytest.approx(2.0 * dc.fraction[1]) and cost.n_passes(1) == pytest.approx(dc.passes[0])
+    assert cost.t_draft(0) == 0.0 and cost.kind == "measured"
+    lk = measure_draft_calls(lookup, tiny, PROMPTS[:1], [2], new_tokens=6, seed=3)
+    assert lk.passes == (0.0,) and lk.rows == (0.0,) and lk.fraction_ci95 == (None,)

@@ -43,7 +43,7 @@ class PackedChain:
         self.pending: tuple[int, ...] = ()
         self.slots: dict[tuple[int, ...], int] = {}
         self.answers: dict[tuple[int, ...], np.ndarray] = {(): root}
-        self.passes = 1
+        self.passes, self.rows = 1, 0  # passes (the prompt's prefill is the first); rows: new tokens in later ones
 
     def advance(self, tokens: Sequence[int]) -> None:
         self.pending += tuple(int(t) for t in tokens)
@@ -57,7 +57,7 @@ class PackedChain:
         sees = [done + [new.get(v[:d], self.slots.get(v[:d])) for d in range(1, len(v))] for v in keys]
         req = _packed.Extend(self.kv, [v[-1] for v in keys], [self.L + self.committed + len(v) - 1 for v in keys], sees)
         rows = self.engine.run([req])[0]
-        self.passes += 1
+        self.passes, self.rows = self.passes + 1, self.rows + len(keys)
         for i, v in enumerate(keys):
             self.slots[v], self.answers[v] = base + i, rows[i]
         k = len(self.pending)
@@ -103,7 +103,7 @@ class HeadChain:
         self.feat = {(): feat[0]}
         self.slot: dict[tuple[int, ...], int] = {}
         self.answers: dict[tuple[int, ...], np.ndarray] = {(): rows[0]}
-        self.passes = 1
+        self.passes, self.rows = 1, 0  # passes (the prompt's prefill is the first); rows: new tokens in later ones
 
     def advance(self, tokens: Sequence[int], features) -> None:
         """The text grew by ``tokens``; ``features [len(tokens), H]``: the target's at the token before each."""
@@ -115,7 +115,7 @@ class HeadChain:
         sees = [list(range(c + i)) for i in range(len(tokens))]
         pos = [self.n - 1 + i for i in range(len(tokens))]
         _, rows, feats = self.dm.engine.run([HeadExtend(self.kv, tokens, pos, sees, features, 1.0)])[0]
-        self.passes += 1
+        self.passes, self.rows = self.passes + 1, self.rows + len(tokens)
         self.committed += len(tokens)
         self.n += len(tokens)
         self.feat, self.slot, self.answers = {(): feats[-1]}, {}, {(): rows[-1]}
@@ -132,7 +132,7 @@ class HeadChain:
         _, rows, feats = self.dm.engine.run([req])[0]
         for i, v in enumerate(nodes):
             self.slot[v], self.feat[v], self.answers[v] = base + i, feats[i], rows[i]
-        self.passes += 1
+        self.passes, self.rows = self.passes + 1, self.rows + len(nodes)
 
     def logprobs(self, prefixes) -> np.ndarray:
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
@@ -169,6 +169,12 @@ class DraftSession:
     @property
     def passes(self) -> int:
         return 0 if self.ctx is None else self.ctx.passes
+
+    @property
+    def rows(self) -> int:
+        """New tokens scored in the drafter's passes after the prompt's prefill (0 where not counted: a proposer, or
+        a draft model without the packed engine)."""
+        return getattr(self.ctx, "rows", 0)
 
     def tree(self, P: int) -> list[tuple[int, ...]]:
         if P <= 0:

@@ -33,7 +33,8 @@ class Generation:
     draft_seconds: float
     verify_seconds: float
     prefill_seconds: float
-    draft_passes: int = 0
+    draft_passes: int = 0  # the drafter's passes during the generation (its prefill of the prompt apart)
+    draft_rows: int = 0  # new tokens those passes scored (0 where not counted)
 
     @property
     def calls(self) -> int:
@@ -68,6 +69,7 @@ def speculative_generate(
     ds = DraftSession(drafter, target, prompt_ids, ts.prompt_features, target.eos_ids)
     synchronize(target.device)  # the prefills have finished on the device before the generation's clock starts
     g = Generation([], [], [], 0.0, 0.0, 0.0, time.perf_counter() - t0)
+    passes0, rows0 = ds.passes, ds.rows
     t1 = time.perf_counter()
     try:
         while len(g.tokens) < new_tokens:
@@ -76,10 +78,11 @@ def speculative_generate(
             b = time.perf_counter()
             rows = ts.verify(nodes)
             path, last = verify_tree(rows, nodes, T, rng)
-            feats = ts.features(path) if ds.needs_features else None
+            feats = ts.features(path) if ds.needs_features and P > 0 else None
             ts.commit(path, last)
             c = time.perf_counter()
-            ds.advance([*path, last], feats)
+            if P > 0:  # P = 0 is plain decoding: the drafter never drafts, so it does not follow the text
+                ds.advance([*path, last], feats)
             g.draft_seconds += (b - a) + (time.perf_counter() - c)
             g.verify_seconds += c - b
             g.tokens += [*path, last]
@@ -89,7 +92,7 @@ def speculative_generate(
         ts.close()
     g.seconds = time.perf_counter() - t1
     g.tokens = g.tokens[:new_tokens]
-    g.draft_passes = ds.passes
+    g.draft_passes, g.draft_rows = ds.passes - passes0, ds.rows - rows0
     return g
 
 
