@@ -14,6 +14,7 @@ timed here) or ``cpu-roofline`` (this machine's measured bandwidth and FLOP/s) o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -41,7 +42,6 @@ from ..speedup import (
     from_simulation,
     grown_table,
     hardware_names,
-    measure_draft_cost,
     model_names,
     parse_custom,
     preset,
@@ -214,12 +214,32 @@ def _model_tables(args, P, cost_kw) -> list[SpeedupTable]:
     source = load_source(args.model, threads=1)
     cost = verify_cost(hw, P=P, source=source, **(cost_kw | {"model": args.model}))
     drafters, cal = open_drafters(source, opts.drafters, opts.temperature, None, opts.heldout_tokens)
-    draft = {}
-    for d in drafters:  # measured here on cpu-measured (interleaved with the target's step), else derived
-        dc = measure_draft_cost(d, source, context=args.context, repeats=args.repeats) if hw == "cpu-measured" else None
-        draft[d.name] = dc or derived_draft_cost(cost, d, args.bytes_per_param, args.context)
     run = run_llm(opts, source=source, opened=(drafters, cal))
+    draft = {d.name: _drafting(args, d, source, cost, P, opts) for d in drafters}
     return fixed_grid(from_llm(run, cost, task=args.task, draft_costs=draft), MEASURED_UP_TO)
+
+
+def _drafting(args, d, source, cost, P, opts) -> DraftCost:
+    """A real drafter's cost per target call as its fixed builder spends it: speculative decoding run here on the
+    first prompts of the run (``--draft-prompts``, ``--draft-tokens`` each) at every budget. On cpu-measured, its
+    drafting seconds per call over the plain step around it, times the table's step; on a roofline, its measured
+    passes per call at the roofline's pass time for its footprint; on another cost model (a csv table, no
+    footprint), its one pass per node derived from its size."""
+    from ..llm.sources import load_prompts
+    from ..speedup import RooflineCost, measure_draft_calls
+
+    fp = d.footprint() if hasattr(d, "footprint") else None
+    if args.hardware.strip() != "cpu-measured" and not (isinstance(cost, RooflineCost) and fp is not None):
+        return derived_draft_cost(cost, d, args.bytes_per_param, args.context)
+    prompts = load_prompts(opts.prompts, opts.n)[: args.draft_prompts]
+    ids = [source.encode(p.text) for p in prompts]
+    print(f"plan: {d.name}: drafting per call in speculative decoding on {len(ids)} prompts", file=sys.stderr)
+    calls = measure_draft_calls(d, source, ids, P, args.draft_tokens, 1.0, args.seed, d.name)
+    t0 = cost.t_verify(0)
+    if args.hardware.strip() == "cpu-measured":
+        return calls.cost(t0)
+    dc = calls.roofline_cost(cost, fp)
+    return dataclasses.replace(dc, fraction=dc.t_pass / t0)
 
 
 def _cmd(args) -> int:
@@ -235,6 +255,9 @@ def _cmd(args) -> int:
             raise BrwsimError(f"--{name.replace('_', '-')} needs a number, got {v!r}")
     if not 0 <= args.draft_pass_seconds < math.inf or args.draft_passes is not None and args.draft_passes < 1:
         raise BrwsimError("--draft-pass-seconds must be a finite number >= 0 and --draft-passes >= 1")
+    if args.draft_prompts < 1 or args.draft_tokens < 1:
+        got = f"{args.draft_prompts}, {args.draft_tokens}"
+        raise BrwsimError(f"--draft-prompts and --draft-tokens must be >= 1, got {got}")
     if args.acceptance is not None:
         return _acceptance_cmd(args)
     tables = tables_for(args)
@@ -322,5 +345,8 @@ def add_parser(sub) -> None:
     g.add_argument("--depth", type=int, default=16, help="tokens per continuation (default 16)")
     g.add_argument("--surrogate-trees", type=int, default=300, help="i.i.d. surrogate trees (default 300)")
     g.add_argument("--task", default=None, help="only this task of a real-model result")
+    g.add_argument("--draft-prompts", type=int, default=2, help="with --drafter: prompts the drafting per call is "
+                   "measured on in speculative decoding (default 2)")  # fmt: skip
+    g.add_argument("--draft-tokens", type=int, default=16, help="with --drafter: tokens per such run (default 16)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_cmd)

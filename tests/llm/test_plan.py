@@ -22,7 +22,10 @@ def test_plan_model_with_a_real_drafter_measured_here(capsys, tmp_path):
     assert tables[1]["drafter"].split(" ")[0] in ("layerskip:skip=2-28", "layerskip:skip=3-29")  # auto resolved
     d = tables[1]["draft_cost"]
     assert d["kind"] == "measured" and tables[1]["rows"][1]["t_draft"] > 0
-    assert "measured here" in d["label"]  # one run (a model run and a timed drafter: the slowest plan case)
+    assert "in speculative decoding here" in d["label"]  # one run (a model run and a timed drafter: the slowest case)
+    # per call, as the builder spends it: a measured passes-per-call and seconds-per-call pair at each budget
+    assert [P for P, _ in d["passes"]] == [1, 2] and all(n > 0 for _, n in d["passes"])
+    assert [r["t_draft"] for r in tables[1]["rows"][1:]] == pytest.approx([s for _, s in d["per_call"]])
 
 
 def test_plan_model_on_a_roofline_derives_the_drafters_pass_from_its_footprint(capsys):
@@ -42,3 +45,7 @@ def test_plan_model_on_a_roofline_derives_the_drafters_pass_from_its_footprint(c
     assert d["kind"] == "derived" and d["t_pass"] == pytest.approx(low / 3.35e12, rel=1e-12)
     assert t0 == pytest.approx(target / 3.35e12, rel=1e-12)
     assert d["fraction"] == pytest.approx(d["t_pass"] / t0) and round(d["fraction"], 4) == 0.2818
+    # each budget: the builder's passes per call, measured in speculative decoding here, at that pass time (the
+    # pass's extra rows add only their KV values on this memory-bound roofline)
+    for (P, n), (_, t) in zip(d["passes"], d["per_call"], strict=True):
+        assert n > 0 and n * d["t_pass"] <= t <= n * d["t_pass"] * 1.01, P
