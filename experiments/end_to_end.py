@@ -22,8 +22,9 @@ shipped model at temperature 1 (the temperature of the real-drafters E[X]):
 does not stop generation) by real speculative decoding (brwsim.llm.specdec:
 the drafter's fixed builder drafts a tree of at most P nodes, the target
 verifies it in one pass with a tree attention mask, exact recursive rejection
-sampling) for every (drafter, P), with a plain-decoding run of the same target
-code before the first, after every second one and after the last. A
+sampling) for every (drafter, P), each drafter's two budgets between two
+plain-decoding runs of the same target code (a unit cached on its own, so a
+run resumes, and a drafter measured later joins the others' units). A
 configuration's speedup on a prompt is its tokens per second over the mean
 tokens per second of the two plain runs around it (paired, on the same
 prompt); measured = the mean of these ratios over prompts, with its Student t
@@ -182,7 +183,7 @@ def configs(params: dict, names: dict, tables: dict, task: str) -> list[tuple[st
 
 
 def measure_prompt(params: dict, prompt, plan: list) -> list[dict]:
-    """One prompt's runs, plain decoding interleaved: plain, two configurations, plain, ..., plain."""
+    """One prompt's runs for one drafter's budgets, plain decoding interleaved: plain, two configurations, plain."""
     from brwsim.llm.specdec import plain_generate, speculative_generate
 
     target, drafters = opened(params)
@@ -191,7 +192,9 @@ def measure_prompt(params: dict, prompt, plan: list) -> list[dict]:
     seed = [params["seed"], len(prompt.id), sum(map(ord, prompt.id))]
     rows = [{"kind": "plain", **plain_generate(target, ids, N, T, np.random.default_rng(seed)).to_dict()}]
     for i, (spec, P) in enumerate(plan):
-        g = speculative_generate(target, drafters[spec][0], ids, N, P, T, np.random.default_rng(seed + [i + 1]))
+        j = params["drafters"].index(spec)  # the drafter's own streams, whichever drafters this run measures
+        rng = np.random.default_rng(seed + [j + 1, P])
+        g = speculative_generate(target, drafters[spec][0], ids, N, P, T, rng)
         rows.append({"kind": "speculative", "drafter": spec, "P": P, **g.to_dict()})
         if i % 2 == 1 or i == len(plan) - 1:
             rows.append({"kind": "plain", **plain_generate(target, ids, N, T, np.random.default_rng(seed)).to_dict()})
@@ -372,18 +375,27 @@ def _prompts(params: dict, path: str | None) -> list:
 
 
 def _point(params: dict, prompt, tables: dict, t0: float, budget: float | None):
-    """One prompt's cached rows (measured when absent and the budget allows; else None)."""
-    key = {k: v for k, v in params.items() if k not in ("tasks", "n")} | {"task": prompt.task, "id": prompt.id}
+    """One prompt's cached rows, one unit per drafter (plain, its two budgets, plain: measured when absent and the
+    budget allows; a drafter's unit is kept whatever other drafters a run measures); None when none is there."""
     names = _names(params)
     plan = configs(params, names, tables, prompt.task)
     if not plan:
         return None
-    key["plan"] = plan
-    if not common.is_cached(NAME, key) and budget is not None and time.perf_counter() - t0 > budget:
+    runs, tokens = [], None
+    for spec in params["drafters"]:
+        mine = [(s, P) for s, P in plan if s == spec]
+        if not mine:
+            continue
+        key = {k: v for k, v in params.items() if k not in ("tasks", "n", "drafters")}
+        key |= {"task": prompt.task, "id": prompt.id, "drafter": spec, "plan": mine, "unit": "drafter"}
+        if not common.is_cached(NAME, key) and budget is not None and time.perf_counter() - t0 > budget:
+            continue
+        got = common.cached(NAME, key, lambda mine=mine: measure_prompt(params, prompt, mine))
+        runs, tokens = runs + got[0]["runs"], got[0]["prompt_tokens"]
+        print(f"{prompt.task} {prompt.id} {spec}: done", flush=True)
+    if not runs:
         return None
-    rows = common.cached(NAME, key, lambda: measure_prompt(params, prompt, plan))
-    print(f"{prompt.task} {prompt.id}: done", flush=True)
-    return rows
+    return [{"task": prompt.task, "id": prompt.id, "prompt_tokens": tokens, "runs": runs}]
 
 
 def _names(params: dict) -> dict:

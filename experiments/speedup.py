@@ -85,7 +85,7 @@ def settings(quick: bool, seed: int) -> dict:
         return dict(P=[1, 2, 4, 8, 16], context=256, repeats=3, seed=seed, replicates=200, quick=True,
                     calls_prompts=3, calls_tokens=8)  # fmt: skip
     return dict(P=[1, 2, 4, 8, 16, 32, 64], context=256, repeats=9, seed=seed, replicates=2000, quick=False,
-                calls_prompts=6, calls_tokens=24)  # fmt: skip
+                calls_prompts=3, calls_tokens=16)  # fmt: skip
 
 
 def _read(name: str) -> list[dict]:
