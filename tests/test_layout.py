@@ -170,3 +170,19 @@ def test_llm_has_no_second_spec_parser():
     """Drafter SPECs go through brwsim/_spec.py: no hand-rolled ``key=value`` splitting in brwsim/llm."""
     bad = [str(p.relative_to(ROOT)) for p in LLM if 'partition("=")' in p.read_text() or 'split("=")' in p.read_text()]
     assert not bad, bad
+
+
+def test_every_hand_written_mutation_still_applies():
+    """tools/mutation_check.py's hand-picked mutants replace one line each: a line that the code no longer holds
+    (or holds twice) would leave a mutant that tests nothing."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutation_check", ROOT / "tools" / "mutation_check.py")
+    mc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mc)
+    entries = list(mc.MUTATIONS) + list(mc.CLUSTERS)
+    stale = [
+        (e[0], (ROOT / e[1]).read_text().count(e[2])) for e in entries if (ROOT / e[1]).read_text().count(e[2]) != 1
+    ]
+    assert not stale, f"mutations whose line is not in the code exactly once (name, count): {stale}"
+    assert all(e[2] != e[3] for e in entries)

@@ -43,14 +43,14 @@ MUTATIONS = [
     (
         "renewal: drop the -1",
         "brwsim/theory/_closed_forms.py",
-        "return (math.log(mu * P) + 1) / mu + mu2 / (mu * mu) - 1",
-        "return (math.log(mu * P) + 1) / mu + mu2 / (mu * mu)",
+        "return float(np.nextafter(a + b - 1 + 8 * EPS64 * (abs(a) + b + 1), math.inf))",
+        "return float(np.nextafter(a + b + 8 * EPS64 * (abs(a) + b + 1), math.inf))",
     ),
     (
         "renewal: ln(P) for ln(mu P)",
         "brwsim/theory/_closed_forms.py",
-        "return (math.log(mu * P) + 1) / mu + mu2 / (mu * mu) - 1",
-        "return (math.log(P) + 1) / mu + mu2 / (mu * mu) - 1",
+        "a, b = (math.log(mu * P) + 1) / mu, mu2 / (mu * mu)",
+        "a, b = (math.log(P) + 1) / mu, mu2 / (mu * mu)",
     ),
     (
         "asymptotic: constant mu2/mu^2 for mu2/(2 mu^2)",
@@ -122,7 +122,8 @@ CLUSTERS = [
      "(self.V - 1) * self.alpha, ()", "self.V * self.alpha, ()", T("laws")),
     ("Z95 = 1.645", "brwsim/_stats.py", "Z95 = 1.959963984540054", "Z95 = 1.645", T("stats")),
     ("splitting: right values, not left limits", "brwsim/spine/_curves.py",
-     "C, _, C2, _, _ = self._at(pos)", 'C, _, C2, _, _ = self._at(np.searchsorted(self._v, u, side="right"))',
+     "C, _, C2, _, _ = self._at(pos, self._lo)",
+     'C, _, C2, _, _ = self._at(np.searchsorted(self._lo.v, u, side="right"), self._lo)',
      T("spine")),
     ("dual: variance without the cross term", "brwsim/spine/_curves.py",
      "var = (C2 - 2 * a * CN + a * a * N2)", "var = (C2 + a * a * N2)", T("spine")),
@@ -169,6 +170,12 @@ MODULES = {
         ["tests/test_oracle.py"],
     ),
     "estimate": (["brwsim/estimate.py"], ["tests/test_estimate.py"]),
+    # the driver's parts split out of estimate.py: the memory planner, the running sums, checkpoint resume, the
+    # gathering of several processes' sums
+    "driver_parts": (
+        [f"brwsim/{f}.py" for f in ("_memory", "_sums", "_resume", "_gather", "results", "_options")],
+        ["tests/test_driver_parts.py", "tests/test_estimate.py"],
+    ),
 }
 
 
@@ -409,6 +416,9 @@ def _mutmut_in(dst: str, what: str, tests, t0: float, names=None, children: int 
 
 
 def main() -> int:
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if sys.argv[1:2] == ["mutmut-recheck"]:
         return recheck_mutmut(sys.argv[2], unlisted="--unlisted" in sys.argv[3:])
     if sys.argv[1:2] == ["mutmut-counts"]:

@@ -27,12 +27,13 @@ from ..llm.drafters import parse_drafter
 from ..llm.drafters.model_dir import check_dir
 from ..llm.results import run_from_dict
 from ..llm.run import RunOptions, open_drafters, run_llm
-from ..llm.sources import load_source
+from ..llm.sources import load_prompts, load_source
 from ..speedup import (
     MEANING,
     MEASURED,
     P_CAP,
     DraftCost,
+    RooflineCost,
     SpeedupTable,
     acceptance_vector,
     derived_draft_cost,
@@ -42,6 +43,7 @@ from ..speedup import (
     from_simulation,
     grown_table,
     hardware_names,
+    measure_draft_calls,
     model_names,
     parse_custom,
     preset,
@@ -225,9 +227,6 @@ def _drafting(args, d, source, cost, P, opts) -> DraftCost:
     drafting seconds per call over the plain step around it, times the table's step; on a roofline, its measured
     passes per call at the roofline's pass time for its footprint; on another cost model (a csv table, no
     footprint), its one pass per node derived from its size."""
-    from ..llm.sources import load_prompts
-    from ..speedup import RooflineCost, measure_draft_calls
-
     fp = d.footprint() if hasattr(d, "footprint") else None
     if args.hardware.strip() != "cpu-measured" and not (isinstance(cost, RooflineCost) and fp is not None):
         return derived_draft_cost(cost, d, args.bytes_per_param, args.context)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._stats import mean_ci95
+from ..llm import specdec
 from ._costs import DraftCost
 
 
@@ -101,8 +102,6 @@ def measure_draft_calls(
     budget of ``P_list``, on each prompt (token ids): plain, P_1, P_2, plain, P_3, P_4, plain, ... (a plain run of
     the same target after every second budget and after the last); each budget's fraction is over the mean step
     of the two plain runs around it."""
-    from ..llm.specdec import plain_generate, speculative_generate
-
     Ps = [int(P) for P in P_list]
     if not Ps or min(Ps) < 1:
         raise ValueError("measure_draft_calls: budgets must be >= 1")
@@ -112,14 +111,15 @@ def measure_draft_calls(
         ids = [int(t) for t in ids]
 
         def plain(ids=ids, i=i):
-            g = plain_generate(target, ids, new_tokens, T, np.random.default_rng([seed, i, 0]))
+            g = specdec.plain_generate(target, ids, new_tokens, T, np.random.default_rng([seed, i, 0]))
             steps.append(g.seconds / len(g.tokens))
             return steps[-1]
 
-        plain_generate(target, ids, 2, T, np.random.default_rng([seed, i, 0]))  # warm-up: caches, allocations
+        specdec.plain_generate(target, ids, 2, T, np.random.default_rng([seed, i, 0]))  # warm-up: caches, allocations
         before, pending = plain(), []
         for j, P in enumerate(Ps):
-            g = speculative_generate(target, drafter, ids, new_tokens, P, T, np.random.default_rng([seed, i, j + 1]))
+            rng = np.random.default_rng([seed, i, j + 1])
+            g = specdec.speculative_generate(target, drafter, ids, new_tokens, P, T, rng)
             per_pass = g.draft_rows / g.draft_passes if g.draft_passes else 0.0
             pending.append((P, g.draft_seconds / g.calls, g.draft_passes / g.calls, per_pass))
             if j % 2 == 1 or j == len(Ps) - 1:
