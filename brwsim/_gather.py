@@ -19,7 +19,7 @@ def shared_round(sums, run, lo: int, hi: int, seg: int, bar):
     with the others' and every segment added to ``sums`` (:class:`brwsim._sums.Sums`) in process order;
     ``(process, signal)`` of the first process that got an interrupting signal, else None."""
     mine = list(run.values(lo, hi, seg)) if hi > lo else []
-    if interrupts.received() is not None:  # told with the segment: every process stops after this round
+    if interrupts.received() is not None and not interrupts.agreed():  # told with the segment: all stop after it
         mine.append((None, (processes.index(), interrupts.received()), None))
     stop = None
     for part in processes.gather(mine):

@@ -84,6 +84,12 @@ def agree(process: int, signum: int) -> None:
     _STATE.update(by=process, agreed=True)
 
 
+def settle() -> None:
+    """Every process of the run has passed its last exchange that could stop it (e.g. ``llm``'s measurement):
+    from now on a signal is only noted (the exit status says it), and no later round stops for it."""
+    _STATE["agreed"] = True
+
+
 def agreed() -> bool:
     """True when every process of the run stops together (:func:`agree`)."""
     return _STATE["agreed"]
@@ -116,4 +122,16 @@ def deferred(on: bool = True):
         raise KeyboardInterrupt
 
 
-__all__ = ["SIGNALS", "agree", "agreed", "by", "deferred", "exit_status", "install", "installed", "name", "received"]
+__all__ = [
+    "SIGNALS",
+    "agree",
+    "agreed",
+    "settle",
+    "by",
+    "deferred",
+    "exit_status",
+    "install",
+    "installed",
+    "name",
+    "received",
+]

@@ -302,6 +302,41 @@ def barrier(name: str) -> None:
             raise _collective_failed(e) from None
 
 
+STOP_KEY = "brwsim/stop"  # the coordination service's key a signalled process posts (post_stop)
+
+
+def _client():
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def post_stop(signum: int) -> None:
+    """Tell every process of the run, through the coordination service (no collective: the others may be
+    anywhere in their work), that this process got ``signum`` and stops (:func:`stop_posted`)."""
+    client = _client() if count() > 1 else None
+    if client is None:
+        return
+    try:
+        client.key_value_set(STOP_KEY, f"{index()} {int(signum)}")
+    except Exception:  # noqa: BLE001 - another process posted first, or the service is gone (a fault)
+        pass
+
+
+def stop_posted() -> tuple[int, int] | None:
+    """(process, signal) that a process of the run posted (:func:`post_stop`), else None: one quick request
+    to the coordination service."""
+    client = _client() if count() > 1 else None
+    if client is None:
+        return None
+    try:
+        value = client.key_value_try_get(STOP_KEY)
+    except Exception:  # noqa: BLE001 - not posted (or the service is gone: the fault path reports that)
+        return None
+    process, signum = (int(x) for x in value.split())
+    return process, signum
+
+
 def share(items: list) -> list:
     """This process's items of a list: every ``count()``-th, from ``index()`` (round robin)."""
     return items[index() :: count()]

@@ -22,6 +22,7 @@ from ..llm.drafters import print_drafters
 from ..llm.run import RunOptions, run_llm
 from ..speedup import drafter_names, model_names, prompt_names
 from ._args import P_list, emit
+from ._simulate import interrupted_by
 from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header
 
 
@@ -75,7 +76,7 @@ def _cmd(args) -> int:
         return code
     sys.stdout.flush()
     sys.stderr.write(
-        f"brwsim: interrupted by {interrupts.name()} after {d['prompts_finished']} of {d['prompts_requested']} "
+        f"brwsim: interrupted{interrupted_by()} after {d['prompts_finished']} of {d['prompts_requested']} "
         "prompts: the results above are those of the finished prompts\n"
     )
     return interrupts.exit_status()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 
 from .. import _interrupts as interrupts
@@ -35,10 +36,11 @@ from .measure import summarize_task
 from .results import RunResult, TaskResult, Timing, footprint_fields
 from .sources import Recorder, check_model, check_temperature, load_prompts, load_source
 from .sources._hf import check_max_prompt_tokens, check_threads
-from .sources._rounds import run_concurrently
+from .sources._rounds import run_concurrently, stopping
 
 HELDOUT_TOKENS = 256  # held-out positions for each drafter's calibration (Sequoia's rates, held-out KL)
 DTYPES = ("float32", "fp32", "bfloat16", "bf16")
+STOP_POLL_S = 0.25  # a multi-process run asks at most this often whether another process was signalled
 
 
 def _valid_text(s: str) -> bool:
@@ -164,6 +166,31 @@ def open_drafters(source, specs, T: float, log=None, heldout_tokens: int = HELDO
     return drafters, cal
 
 
+class _StopCheck:
+    """A multi-process run's stop check (:func:`brwsim.llm.sources._rounds.stopping`): this process's own signal,
+    only noted (:func:`brwsim._interrupts.deferred`), is posted for the others; another process's post is asked
+    for at most every ``every`` seconds. Thread-safe; once True, always True."""
+
+    def __init__(self, every: float = STOP_POLL_S):
+        self.every, self.last, self.stopped = every, float("-inf"), False
+        self.lock = threading.Lock()
+
+    def __call__(self) -> bool:
+        with self.lock:
+            if self.stopped:
+                return True
+            sig = interrupts.received()
+            if sig is not None:
+                processes.post_stop(sig)
+                self.stopped = True
+                return True
+            now = time.monotonic()
+            if now - self.last >= self.every:
+                self.last = now
+                self.stopped = processes.stop_posted() is not None
+            return self.stopped
+
+
 def _measure(source, drafters, cal: list[Calibration | None], items, P_max, opts: RunOptions, log):
     """(per task: the prompts' (PromptResult, [DraftedPrompt]) in prompt order; whether it was interrupted).
 
@@ -172,11 +199,16 @@ def _measure(source, drafters, cal: list[Calibration | None], items, P_max, opts
     multi-process run every process measures every ``count()``-th prompt and
     the results are gathered: a prompt's result depends on the prompt and the
     seed only, so the rows are those of one process. A ``KeyboardInterrupt``
-    (Ctrl-C, SIGTERM, SIGHUP: :mod:`brwsim._interrupts`) in a one-process run
-    keeps the prompts that finished: the result is that of a run over them.
+    (Ctrl-C, SIGTERM, SIGHUP: :mod:`brwsim._interrupts`) keeps the prompts that
+    finished: the result is that of a run over them. In a multi-process run a
+    signal is only noted: the process posts it to the others through the
+    coordination service, each process stops at its next model request (or
+    within :data:`STOP_POLL_S` of the post), and the finished prompts of every
+    process are gathered as usual, so every process stops with the same result.
     """
     rates = [c.rates if c else None for c in cal]
     st = opts.settings()
+    several = processes.count() > 1
     share = processes.share(list(enumerate(items)))
     finished: dict[int, tuple] = {}
 
@@ -191,15 +223,30 @@ def _measure(source, drafters, cal: list[Calibration | None], items, P_max, opts
 
     interrupted = False
     try:
-        run_concurrently([job(p) for _, p in share], opts.prompt_batch, done)
+        with stopping(_StopCheck() if several else None):
+            run_concurrently([job(p) for _, p in share], opts.prompt_batch, done)
     except KeyboardInterrupt:
-        if processes.count() > 1 or not finished:
+        if not several and not finished:
             raise
         interrupted = True
         interrupts.once()  # a second signal does not cut the summary of the finished prompts short
     mine = [(share[k][0], *finished[k]) for k in sorted(finished)]
+    if several:  # every process's finished prompts, and the first signal any of them got
+        sig = interrupts.received()
+        parts = processes.gather((mine, None if sig is None else (processes.index(), sig)))
+        stops = [stop for _, stop in parts if stop is not None]
+        if stops:
+            interrupts.agree(*stops[0])
+            interrupted = True
+        else:  # the rest (summaries, their surrogate runs) is not cut short: a later signal is only noted
+            interrupts.settle()
+        rows = [x for part, _ in parts for x in part]
+        if interrupted and not rows:
+            raise KeyboardInterrupt  # every process: "interrupted before anything finished"
+    else:
+        rows = mine
     by_task: dict[str, list] = {}
-    for _, r, drs in sorted((x for part in processes.gather(mine) for x in part), key=lambda x: x[0]):
+    for _, r, drs in sorted(rows, key=lambda x: x[0]):
         by_task.setdefault(r.prompt.task, []).append((r, drs))
     return by_task, interrupted
 
@@ -211,6 +258,7 @@ def _task(task: str, pairs: list, drafters, cal, opts: RunOptions) -> TaskResult
         # surrogate or bounds, as the spine needs MIN_SPINE_WALKS walks
         rs = [dataclasses.replace(r, walks=None) for r in rs]
     pool = os.path.join(opts.save_pool, f"{task}.npz") if opts.save_pool and rs[0].walks is not None else None
+    pool = pool if processes.index() == 0 else None  # every process holds the same rows: process 0 writes
     if pool:
         os.makedirs(opts.save_pool, exist_ok=True)
     t = summarize_task(task, rs, list(opts.P), surrogate_trees=opts.trees, seed=opts.seed, pool_path=pool)
@@ -237,6 +285,23 @@ def run_llm(options: RunOptions | None = None, *, source=None, log=None, opened=
     ``options.drafters`` already opened on it (:func:`open_drafters`)."""
     opts = (dataclasses.replace(options, **kw) if options else RunOptions(**kw)).checked()
     items = check_prompts(load_prompts(opts.prompts, opts.n), opts.prompts, opts.walks)  # before the slow model load
+    # several processes: a signal is only noted until the measurement's exchange, where every process stops
+    with interrupts.deferred(processes.count() > 1):
+        return _run(opts, items, source, log, opened)
+
+
+def _save_record(recorder, path: str) -> None:
+    """The saved-logits file of every process's rows (process 0 writes it)."""
+    if processes.count() > 1:
+        parts = processes.gather((recorder.entries, recorder.texts))
+        if processes.index() != 0:
+            return
+        recorder.entries = [e for entries, _ in parts for e in entries]
+        recorder.texts = {k: v for _, texts in parts for k, v in texts.items()}
+    recorder.save(path)
+
+
+def _run(opts: RunOptions, items: list, source, log, opened) -> RunResult:
     t_all = time.perf_counter()
     if source is None:
         source = load_source(opts.model, device=opts.device, dtype=opts.dtype, threads=opts.threads,
@@ -250,9 +315,13 @@ def run_llm(options: RunOptions | None = None, *, source=None, log=None, opened=
     tasks = [_task(task, pairs, drafters, cal, opts) for task, pairs in by_task.items()]
     model_seconds = time.perf_counter() - t0
     if opts.record:
-        recorder.save(opts.record)
+        _save_record(recorder, opts.record)
     timing = _timing(inner, f0, model_seconds, t_all)
     settings = opts.to_dict()
+    if processes.count() > 1 and interrupts.received() is not None and interrupts.by() is None:
+        # a signal after the measurement's exchange: every prompt finished; this process says it was signalled
+        interrupts.agree(processes.index(), interrupts.received())
+        interrupted = True
     if interrupted:
         done = sum(t.prompts for t in tasks)
         settings |= {"interrupted": True, "prompts_finished": done, "prompts_requested": len(items)}

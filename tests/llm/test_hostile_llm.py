@@ -370,3 +370,66 @@ def test_bench_refuses_no_repeat_before_loading(capsys):
         assert err.count("\n") == 1 and "--repeat must be an integer >= 1" in err
     assert main(["--model", "/nonexistent/model"]) == 2  # the model is checked before any timing
     assert "does not exist" in capsys.readouterr().err
+
+
+# a signal to one process of a two-process run: every process stops within this many seconds (measured: a few
+# seconds, one model request and the exchange; sized for a loaded 2-core machine)
+STOP_BOUND = 90
+
+
+@needs_llm
+@pytest.mark.parametrize(
+    "case, target, sig",
+    [
+        ("SIGTERM to the launcher of process 1", 1, signal.SIGTERM),
+        ("Ctrl-C to process 0, --record", 0, signal.SIGINT),
+        ("SIGHUP to the launcher of process 0", 0, signal.SIGHUP),
+    ],
+)
+def test_signal_to_one_process_keeps_every_finished_prompt(models, tmp_path, processes, case, target, sig):
+    """Two processes: a signal to either after the first prompt finished stops both within STOP_BOUND s, each with
+    the one line naming the signal and the process it was sent to; process 0 prints the table of every process's
+    finished prompts (and writes --record's file of them); exit 128 + signal on both."""
+    import time
+
+    import numpy as np
+    from test_processes import start_processes
+
+    f = _prompt_file(tmp_path, [{"prompt": PROMPTS[i % 6] + " x" * i, "id": str(i)} for i in range(60)])
+    argv = _llm(models["good"], f, "--prompt-batch", "1", "--walks", "16", "--depth", "24", n=60)
+    argv.remove("--json")
+    record = tmp_path / "rec.npz"
+    if "--record" in case:
+        argv += ["--record", str(record)]
+    procs = start_processes(processes, 2, ["--heartbeat-timeout", "60", *argv])
+    lines = []
+    for line in procs[0].stderr:
+        lines.append(line)
+        if line.startswith("[1/60]"):
+            break
+    assert lines and lines[-1].startswith("[1/60]"), lines
+    t0 = time.monotonic()
+    if sig == signal.SIGINT:  # a terminal's Ctrl-C: the process group, launcher and worker
+        os.killpg(procs[target].pid, sig)
+    else:  # the launcher alone: it passes the signal on
+        os.kill(procs[target].pid, sig)
+    runs = [processes.finish(p, STOP_BOUND) for p in procs]
+    assert time.monotonic() - t0 < STOP_BOUND
+    name = signal.Signals(sig).name
+    last = []
+    for i, (code, _, err) in enumerate(runs):
+        assert code == 128 + sig, (i, code, err[-3000:])
+        tail = err.strip().splitlines()
+        assert all(ln.startswith("[") for ln in tail[:-1]), err  # progress lines, then the one line
+        last.append(tail[-1])
+    first = "".join(lines[:-1]) + runs[0][2]
+    assert last[0] == last[1], last
+    assert last[0].startswith(f"brwsim: interrupted by {name} (sent to process {target}) after "), first
+    done = int(last[0].split(" after ")[1].split(" of ")[0])
+    assert 1 <= done < 60 and "of 60 prompts" in last[0]
+    out = runs[0][1]
+    assert f"(interrupted: {done} of 60 prompts finished)" in out and f"task p: {done} prompts" in out
+    assert not runs[1][1].strip()  # only process 0 prints
+    if "--record" in case:
+        with np.load(record) as z:
+            assert len(set(z["row_prompt"].tolist())) >= done  # every process's rows, written once

@@ -50,6 +50,33 @@ class Aborted(BrwsimError):
     """Another measurement of the same concurrent run failed (or was interrupted); this one stops too."""
 
 
+class Stopped(KeyboardInterrupt):
+    """The run is asked to stop (:func:`stopping`): raised at a measurement's next model request, so the
+    prompts that finished are kept, as after Ctrl-C."""
+
+
+_STOP: list = [None]  # the check of :func:`stopping`, or None
+
+
+@contextlib.contextmanager
+def stopping(check: Callable[[], bool] | None):
+    """Inside the block ``check()`` is asked before every model request and before every job of
+    :func:`run_concurrently`; when it says True the measurement raises :class:`Stopped` there (a
+    multi-process run, whose signals are only noted, stops this way; ``check`` must be cheap and
+    thread-safe)."""
+    old, _STOP[0] = _STOP[0], check
+    try:
+        yield
+    finally:
+        _STOP[0] = old
+
+
+def _check_stop() -> None:
+    check = _STOP[0]
+    if check is not None and check():
+        raise Stopped
+
+
 _local = threading.local()
 # what is attributed per thread and phase: model seconds (a token share of each pass), host CPU seconds, the
 # tokens asked, and the floor seconds of the passes (a token share of each pass's roofline time, when the engine
@@ -117,6 +144,7 @@ def run_timed(engine: Engine, requests: list, states: list[dict]) -> list:
 
 def ask(engine: Engine, request):
     """The answer to one request: at once, or (inside :func:`run_concurrently`) in the next round."""
+    _check_stop()
     st = _state()
     _host(st)
     try:
@@ -244,6 +272,7 @@ def run_concurrently(
     results: list = [None] * len(jobs)
     if width == 1 or len(jobs) <= 1:
         for i, job in enumerate(jobs):
+            _check_stop()
             results[i] = job()
             if on_done is not None:
                 on_done(i, results[i])
@@ -287,6 +316,7 @@ def _worker(rounds: _Rounds, jobs, results: list, on_done, errors: list):
                     if not queue or rounds.error is not None:
                         break
                     i = queue.pop()
+                _check_stop()
                 results[i] = jobs[i]()
                 if on_done is not None:
                     on_done(i, results[i])
