@@ -85,7 +85,7 @@ def settings(quick: bool, seed: int) -> dict:
         return dict(P=[1, 2, 4, 8, 16], context=256, repeats=3, seed=seed, replicates=200, quick=True,
                     calls_prompts=3, calls_tokens=8)  # fmt: skip
     return dict(P=[1, 2, 4, 8, 16, 32, 64], context=256, repeats=9, seed=seed, replicates=2000, quick=False,
-                calls_prompts=3, calls_tokens=16)  # fmt: skip
+                calls_prompts=3, calls_tokens=12)  # fmt: skip
 
 
 def _read(name: str) -> list[dict]:
@@ -287,30 +287,31 @@ def calibration_prompts(params: dict) -> list:
 def drafter_calls(params: dict, names: list[str]) -> dict:
     """Per real drafter of the rows (on the measured device): its drafting per target call in real speculative
     decoding at every budget of the grid (brwsim.speedup.measure_draft_calls: seconds, passes and rows per call,
-    as a fraction of the plain step around it), on :func:`calibration_prompts` (cached per machine)."""
+    as a fraction of the plain step around it), on :func:`calibration_prompts` (cached per machine and drafter,
+    so a stopped run keeps the drafters it finished)."""
+    out = {}
+    for name in names:
+        spec = call_spec(name, params["quick"])
+        if spec.startswith("layerskip:auto"):
+            continue
+        key = {"what": "drafter_calls", "name": name, "P": params["P"], "node": platform.node()}
+        key |= _device_key(params) | {k: params[k] for k in ("seed", "calls_prompts", "calls_tokens", "quick")}
+        key |= {"version": brwsim.__version__}
+        (out[name],) = common.cached(NAME, key, lambda name=name, spec=spec: [_calls_of(params, name, spec)])
+    return out
 
-    def compute():
-        from brwsim.llm.drafters import open_drafter
-        from brwsim.llm.sources import load_source
-        from brwsim.speedup import measure_draft_calls
 
-        src = load_source(MODEL, threads=1, device=device_of(params))
-        ids = [src.encode(p.text) for p in calibration_prompts(params)]
-        out = []
-        for name in names:
-            spec = call_spec(name, params["quick"])
-            if spec.startswith("layerskip:auto"):
-                continue
-            d = open_drafter(spec, src, log=lambda m: print(m, flush=True))
-            print(f"speedup: {name}: drafting per call in speculative decoding, P = {params['P']}", flush=True)
-            dc = measure_draft_calls(d, src, ids, params["P"], params["calls_tokens"], 1.0, params["seed"], name)
-            out.append({"name": name, "spec": spec, **dc.to_dict()})
-        return out
+def _calls_of(params: dict, name: str, spec: str) -> dict:
+    from brwsim.llm.drafters import open_drafter
+    from brwsim.llm.sources import load_source
+    from brwsim.speedup import measure_draft_calls
 
-    key = {"what": "drafter_calls", "names": names, "P": params["P"], "node": platform.node()} | _device_key(params)
-    key |= {k: params[k] for k in ("seed", "calls_prompts", "calls_tokens", "quick")}
-    key |= {"version": brwsim.__version__}
-    return {r["name"]: r for r in common.cached(NAME, key, compute)}
+    src = load_source(MODEL, threads=1, device=device_of(params))
+    ids = [src.encode(p.text) for p in calibration_prompts(params)]
+    d = open_drafter(spec, src, log=lambda m: print(m, flush=True))
+    print(f"speedup: {name}: drafting per call in speculative decoding, P = {params['P']}", flush=True)
+    dc = measure_draft_calls(d, src, ids, params["P"], params["calls_tokens"], 1.0, params["seed"], name)
+    return {"name": name, "spec": spec, **dc.to_dict()}
 
 
 def _draft_cost(c: dict, where: str, t0: float = 0.0, calls: dict | None = None) -> DraftCost:
