@@ -16,7 +16,9 @@ from ._base import (
     NativeIndexed,
     check_distribution,
     parse_law,
+    pick,
     rank_of,
+    stack_laws,
     topk_sorted,
 )
 from ._dirichlet import Dirichlet, dirichlet_moments, log_gamma_variates
@@ -50,6 +52,8 @@ __all__ = [
     "log_gamma_variates",
     "markov_law",
     "parse_law",
+    "pick",
     "rank_of",
+    "stack_laws",
     "topk_sorted",
 ]

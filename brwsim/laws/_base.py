@@ -261,6 +261,12 @@ class Law:
     def check_budget(self, P: int) -> None:
         """Raise a one-line error if a P-node tree may need more children of one node than the law holds."""
 
+    def padded(self, V: int) -> Law:
+        """The same law on ``V >= vocab`` tokens, the new ones of probability 0, with arrays of one shape for any
+        of its kind (so a Markov law stacks its states into one kernel: :func:`stack_laws`); itself where the
+        vocabulary is not an array's shape."""
+        return self
+
     def table_bytes(self) -> int:
         """Bytes of host memory the law's exact moments and spine tables take beyond the law itself (O(V) for a
         deterministic law given by a formula, 0 when there are none): sized before any is built."""
@@ -290,6 +296,39 @@ class Law:
         else:
             h = m2 = jnp.float32(jnp.nan)
         return -lp[c], rank, h, m2
+
+
+def pick(stacked, i):
+    """Item ``i`` of laws (or tables) stacked along a leading axis by :func:`stack_laws`."""
+    return jax.tree.map(lambda x: x[i], stacked)
+
+
+def _signature(tree) -> tuple:
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple((tuple(x.shape), str(x.dtype)) for x in leaves)
+
+
+def stack_laws(laws, extra=None) -> tuple[list, np.ndarray, np.ndarray]:
+    """Laws of one kind stacked along a leading axis, so that any number of them is one kernel (a gather by
+    index), not one compiled branch each: ``(stacked, group, pos)``, law ``i`` being ``pick(stacked[group[i]],
+    pos[i])``. Laws of one class with the same static fields are one kind once padded (:meth:`Law.padded`) to
+    the largest vocabulary of their class; ``extra`` (one pytree a law, e.g. its spine tables, made from the
+    padded law by ``extra(law)``) is stacked beside it and must match too: then each item is ``(law, extra)``."""
+    V = {}
+    for law in laws:
+        V[type(law)] = max(V.get(type(law), 0), law.vocab)
+    items = [law.padded(V[type(law)]) for law in laws]
+    if extra is not None:
+        items = [(law, extra(law)) for law in items]
+    kinds: dict = {}
+    group = np.zeros(len(items), np.int32)
+    pos = np.zeros(len(items), np.int32)
+    for i, item in enumerate(items):
+        members = kinds.setdefault(_signature(item), [])
+        group[i], pos[i] = list(kinds).index(_signature(item)), len(members)
+        members.append(item)
+    stacked = [jax.tree.map(lambda *xs: jnp.stack(xs), *members) for members in kinds.values()]
+    return stacked, group, pos
 
 
 def parse_law(spec: str | Law) -> Law:

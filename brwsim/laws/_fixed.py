@@ -54,6 +54,11 @@ class Fixed(Law):
     def node_row(self, key, state):
         return jnp.int32(0)
 
+    def padded(self, V: int) -> Fixed:
+        if V <= self.vocab:
+            return self
+        return Fixed(logp=jnp.concatenate([self.logp, jnp.full((V - self.vocab,), -jnp.inf, self.logp.dtype)]))
+
     def native_program(self) -> NativeIndexed:
         return NativeIndexed(init=0, child=0, row=0)
 
@@ -87,7 +92,9 @@ def fixed_law(probs) -> Fixed:
 def cdf_tables(law: Law) -> dict:
     """The sorted log-probabilities and cumulative probabilities of a deterministic law's one distribution."""
     lp = np.asarray(law.node_logp(None, 0, law.vocab), np.float64)
-    return {"lp": jnp.asarray(lp, jnp.float32), "cdf": jnp.asarray(np.cumsum(np.exp(lp)), jnp.float32)}
+    last = int(np.count_nonzero(lp > -np.inf)) - 1  # the least likely token of positive probability
+    cdf = jnp.asarray(np.cumsum(np.exp(lp)), jnp.float32)
+    return {"lp": jnp.asarray(lp, jnp.float32), "cdf": cdf, "last": jnp.int32(max(last, 0))}
 
 
 def cdf_step(tables: dict, key, exact):
@@ -95,5 +102,5 @@ def cdf_step(tables: dict, key, exact):
     k1, _ = jax.random.split(key)
     cdf = tables["cdf"]
     u = jax.random.uniform(k1) * cdf[-1]
-    r = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
+    r = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), tables["last"])  # u rounded up to the total: the last
     return -tables["lp"][r], r.astype(jnp.int32), jnp.float32(exact[0]), jnp.float32(exact[1])

@@ -14,7 +14,7 @@ import numpy as np
 from .._registry import data_field
 from .._spec import Spec
 from ..errors import BrwsimError
-from ._base import Law, check_distribution, parse_law, register
+from ._base import Law, check_distribution, parse_law, pick, register, stack_laws
 from ._pool import _read_file
 
 
@@ -87,13 +87,19 @@ class Markov(Law):
             return lp
         return jnp.concatenate([lp, jnp.full((V - lp.shape[-1],), -jnp.inf, lp.dtype)])
 
+    def _by_state(self, state, fn):
+        """``fn(law of state)``: one branch per kind of state law (:func:`stack_laws`), not per state, so any
+        number of states of one kind is one kernel."""
+        stacked, group, pos = stack_laws(self.laws)
+        branches = [lambda q, law=law: fn(pick(law, q)) for law in stacked]
+        g = jnp.asarray(group)[state]
+        return jax.lax.switch(g, branches, jnp.asarray(pos)[state])
+
     def full_logp(self, key, state):
-        branches = [lambda k, law=law: self._pad(law.full_logp(k, 0)) for law in self.laws]
-        return jax.lax.switch(state, branches, key)
+        return self._by_state(state, lambda law: self._pad(law.full_logp(key, 0)))
 
     def node_logp(self, key, state, K: int):
-        branches = [lambda k, law=law: law.node_logp(k, 0, K) for law in self.laws]
-        return jax.lax.switch(state, branches, key)
+        return self._by_state(state, lambda law: law.node_logp(key, 0, K))
 
     @property
     def indexed(self) -> bool:  # type: ignore[override]
@@ -104,9 +110,7 @@ class Markov(Law):
 
     def node_row(self, key, state):
         offsets = np.cumsum([0] + [law.row_table(1).shape[0] for law in self.laws])[:-1]
-        pairs = zip(self.laws, offsets.tolist(), strict=True)
-        branches = [lambda k, law=law, o=o: law.node_row(k, 0) + o for law, o in pairs]
-        return jax.lax.switch(state, branches, key)
+        return self._by_state(state, lambda law: law.node_row(key, 0)) + jnp.asarray(offsets, jnp.int32)[state]
 
     def init_state(self, key):
         return jax.random.categorical(key, self.log_init).astype(jnp.int32)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -56,17 +57,25 @@ def _state_samples(sub: Law, R: int, samples: int, key):
         h, m2 = ex if ex is not None else (float(x) for x in entropy_moments(lp))
         return np.concatenate([top, [max(0.0, 1 - top.sum())]])[None], np.array([h]), np.array([m2])
 
-    def one(k):
-        lp = sub.full_logp(k, 0)
-        h, m2 = entropy_moments(lp)
-        return jax.lax.top_k(lp, K)[0], h, m2
-
-    top, h, m2 = sample_chunks(jax.jit(jax.vmap(one)), key, samples, sub.vocab)
+    top, h, m2 = sample_chunks(partial(_state_rows, sub, K=K), key, samples, sub.vocab)
     top = np.exp(top)[:, : R - 1]
     masses = np.concatenate([top, np.clip(1 - top.sum(1, keepdims=True), 0, None)], axis=1)
     if ex is not None:
         h, m2 = np.full(samples, ex[0]), np.full(samples, ex[1])
     return masses, h, m2
+
+
+@partial(jax.jit, static_argnames=("K",))
+def _state_rows(sub: Law, keys, K: int):
+    """Each key's node of law ``sub``: its K largest probabilities' logs, H and M2 (one compilation per kind of
+    law, shared by the states of a Markov law that have one)."""
+
+    def one(k):
+        lp = sub.full_logp(k, 0)
+        h, m2 = entropy_moments(lp)
+        return jax.lax.top_k(lp, K)[0], h, m2
+
+    return jax.vmap(one)(keys)
 
 
 def _stationary_pi(Q: np.ndarray) -> np.ndarray:
@@ -142,6 +151,9 @@ def stationary(key, law: Law, samples: int = 2048, boot: int = 200) -> Stationar
     data = [_state_samples(sub, R, samples, jax.random.fold_in(base, i)) for i, sub in enumerate(law.sub_laws())]
     initial = law.initial_probs()
     Q, pi, mu, mu2, mus, mu2s = _solve(kernel, initial, [(m.mean(0), h.mean(), m2.mean()) for m, h, m2 in data])
+    S = kernel.shape[0]
+    if boot >= 2 and all(h.size == 1 for _, h, _ in data):  # every row exact: no spread (a resample is S^3 work)
+        return StationaryChain(Q, pi, np.zeros(S), mu, mu2, 0.0, 0.0, mus, mu2s)
     rng = np.random.default_rng(np.asarray(jax.random.key_data(stream_key(key, Stream.BOOTSTRAP))))
     bs = []
     for _ in range(boot):
@@ -152,7 +164,6 @@ def stationary(key, law: Law, samples: int = 2048, boot: int = 200) -> Stationar
         _, pb, mb, m2b, _, _ = _solve(kernel, initial, rows)
         bs.append(np.concatenate([pb, [mb, m2b]]))
     sd = np.array(bs).std(0, ddof=1)
-    S = kernel.shape[0]
     return StationaryChain(Q, pi, sd[:S], mu, mu2, float(sd[S]), float(sd[S + 1]), mus, mu2s)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from .._keys import INIT_TAG, Stream, stream_key
 from .._lowering import with_unrolled_threefry
 from ..errors import BrwsimError
-from ..laws import Law
+from ..laws import Law, pick, stack_laws
 
 
 @partial(jax.jit, static_argnames=("state", "need_rank", "need_H", "exact"))
@@ -36,6 +36,23 @@ def _step_batch(law: Law, tables: dict, base_key, walk_idx, depth, state: int, n
         return xi, r, h, m2, s_next
 
     return jax.vmap(one)(walk_idx)
+
+
+@partial(jax.jit, static_argnames=("need_rank", "need_H"))
+def _step_kind(law: Law, kind, exact, base_key, walk_idx, pos, states, depth, need_rank: bool, need_H: bool):
+    """:func:`_step_batch` of a Markov law's walks in states of one kind (:func:`brwsim.laws.stack_laws`): walk
+    ``walk_idx[j]`` in state ``states[j]``, item ``pos[j]`` of the stacked (law, tables) ``kind`` and of ``exact``
+    (``[n, 2]``, or None). One compilation for any number of states of that kind."""
+
+    def one(i, p, s):
+        k = jax.random.fold_in(jax.random.fold_in(base_key, i), depth)
+        sub, tables = pick(kind, p)
+        ex = None if exact is None else (exact[p, 0], exact[p, 1])
+        xi, r, h, m2 = sub.spine_step(tables, jax.random.fold_in(k, 0), need_rank, need_H, ex)
+        s_next = law.child_state(jax.random.fold_in(k, 1), s, r)
+        return xi, r, h, m2, s_next
+
+    return jax.vmap(one)(walk_idx, pos, states)
 
 
 @partial(jax.jit, static_argnames=("need_rank", "need_H", "exact"))
@@ -93,6 +110,12 @@ class _Stepper:
         # an i.i.d. law with a cheap step, past depth BLOCK: BLOCK depths of every walk a call (stopped walks dropped)
         self.blocked = len(self.subs) == 1 and law.is_iid and not self.subs[0].costly_spine_step(self.need_rank)
         self.block: tuple = (None, None)
+        if not law.is_iid:  # a Markov law: its states stacked by kind, one compiled step per kind (any S)
+            self.kinds, self.kind, self.pos = stack_laws(self.subs, extra=lambda sub: sub.spine_tables())
+            self.kind_exact = []
+            for g in range(len(self.kinds)):
+                ex = [self.exact[i] for i in np.nonzero(self.kind == g)[0]]
+                self.kind_exact.append(None if any(e is None for e in ex) else jnp.asarray(ex, jnp.float32))
 
     def _from_block(self, d: int, state: np.ndarray, active: np.ndarray):
         first, res = self.block
@@ -112,10 +135,43 @@ class _Stepper:
         new_state[active] = sn[active]
         return out[0], out[1], out[2], s_d, new_state
 
+    def _batch(self, every: np.ndarray, si: int) -> int:
+        """Walks a call for ``every`` (walks in states like ``si``): cheap steps run at one fixed batch shape (one
+        compilation); O(V) steps shrink with the number of walks still going, and run in chunks of at most
+        COSTLY_STEP_BYTES of rows (bounded memory at any V)."""
+        if not self.subs[si].costly_spine_step(self.need_rank):
+            return self.walks
+        return min(_bucket(every.size, self.walks), max(1, COSTLY_STEP_BYTES // (32 * self.subs[si].vocab)))
+
+    def _markov(self, d: int, state: np.ndarray, active: np.ndarray):
+        out = np.full((3, self.walks), np.nan)
+        s_d = np.full(self.walks, -1, np.int32)
+        new_state = state.copy()
+        kind_of = self.kind[state[active]]
+        for g in np.unique(kind_of):
+            every = active[kind_of == g]
+            members = np.nonzero(self.kind == g)[0]
+            B = min(self._batch(every, int(si)) for si in members)
+            for lo in range(0, every.size, B):
+                sel = every[lo : lo + B]
+                idx, st = np.zeros(B, np.uint32), np.full(B, members[0], np.int32)
+                idx[: sel.size], st[: sel.size] = sel, state[sel]
+                res = _step_kind(
+                    self.law, self.kinds[g], self.kind_exact[g], self.base, jnp.asarray(idx),
+                    jnp.asarray(self.pos[st]), jnp.asarray(st), d, self.need_rank, self.need_H,
+                )  # fmt: skip
+                xi, _, h, m2, sn = (np.asarray(o)[: sel.size] for o in res)
+                out[0, sel], out[1, sel], out[2, sel] = xi, h, m2
+                s_d[sel] = state[sel]
+                new_state[sel] = sn
+        return out[0], out[1], out[2], s_d, new_state
+
     def __call__(self, d: int, state: np.ndarray, active: np.ndarray):
         """(xi, H, M2, state of the node left, next states), each ``[walks]``, at depth ``d``."""
         if self.blocked and d >= BLOCK:  # walks still going after BLOCK steps take tiny steps: go on in blocks
             return self._from_block(d, state, active)
+        if not self.law.is_iid:
+            return self._markov(d, state, active)
         out = np.full((3, self.walks), np.nan)
         s_d = np.full(self.walks, -1, np.int32)
         new_state = state.copy()

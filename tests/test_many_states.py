@@ -1,0 +1,118 @@
+"""Markov laws of many states: the state count is a data dimension, not one compiled kernel per state.
+
+States whose laws are of one kind (one class and static fields; fixed laws of any vocabulary, padded with
+probability-0 tokens) are stacked and gathered by index (brwsim.laws.stack_laws): the oracle's node draw is one
+branch per kind and the spine's step one compilation per kind, whatever the number of states. Each state still
+gets its own law, bit for bit.
+"""
+
+from __future__ import annotations
+
+import random
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from brwsim.laws import markov_law, parse_law, stack_laws
+from brwsim.spine import stationary
+from brwsim.spine._walks import sample_walks
+
+
+def many_states(n: int, seed: int = 0, drawn: bool = False) -> dict:
+    """A Markov law of n states, fixed laws of 2 to 5 tokens (every other one a Dirichlet law with ``drawn``),
+    three random kernel rows each."""
+    rng = random.Random(seed)
+    names = [f"s{i}" for i in range(n)]
+    states, kernel = {}, {}
+    for i, name in enumerate(names):
+        w = [rng.random() + 0.05 for _ in range(rng.randint(2, 5))]
+        states[name] = "fixed:probs=" + "/".join(f"{x / sum(w):.17g}" for x in w)
+        if drawn and i % 2:
+            states[name] = "dirichlet:V=6,alpha=0.5"
+        rows = []
+        for _ in range(3):
+            r = [rng.random() for _ in range(n)]
+            rows.append([x / sum(r) for x in r])
+        kernel[name] = rows
+    return {"states": states, "initial": names[0], "kernel": kernel}
+
+
+def _compiles(f) -> int:
+    """How many XLA compilations running ``f()`` takes."""
+    count = [0]
+
+    def listen(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            count[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        f()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return count[0]
+
+
+def test_stacked_laws_are_each_state_law():
+    laws = [parse_law(s) for s in ("fixed:probs=0.5/0.5", "fixed:probs=0.6/0.3/0.1", "dirichlet:V=6,alpha=0.5",
+                                   "fixed:probs=0.25/0.25/0.25/0.25", "dirichlet:V=6,alpha=0.5")]  # fmt: skip
+    stacked, group, pos = stack_laws(laws)
+    assert len(stacked) == 2 and group.tolist() == [0, 0, 1, 0, 1] and pos.tolist() == [0, 1, 0, 2, 1]
+    # a fixed law padded with probability-0 tokens: the same K largest entries at every K
+    row = jax.tree.map(lambda x: x[1], stacked[0]).node_logp(None, 0, 5)
+    np.testing.assert_array_equal(np.asarray(row), np.asarray(laws[1].node_logp(None, 0, 5)))
+
+
+@pytest.mark.parametrize("drawn", [False, True])
+def test_each_state_draws_its_own_law(drawn):
+    law = markov_law(many_states(12, drawn=drawn))
+    key = jax.random.key(3)
+    node, full = jax.jit(law.node_logp, static_argnums=2), jax.jit(law.full_logp)
+    for s, sub in enumerate(law.sub_laws()):
+        # a drawn law compiled inside the switch may round its last bit otherwise than compiled alone
+        same = (
+            np.testing.assert_array_equal
+            if sub.deterministic
+            else lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6)
+        )
+        same(np.asarray(node(key, jnp.int32(s), 4)), np.asarray(jax.jit(sub.node_logp, static_argnums=2)(key, 0, 4)))
+        f = np.asarray(full(key, jnp.int32(s)))
+        same(f[: sub.vocab], np.asarray(jax.jit(sub.full_logp)(key, 0)))
+        assert np.all(f[sub.vocab :] == -np.inf)
+    if not drawn:  # indexed: the row of a state's node is its own law's row in the table
+        table = np.asarray(law.row_table(4))
+        for s, sub in enumerate(law.sub_laws()):
+            r = int(law.node_row(key, jnp.int32(s)))
+            np.testing.assert_array_equal(table[r], np.asarray(sub.row_table(4)[0]))
+
+
+def test_node_draw_is_one_branch_per_kind_not_per_state():
+    law = markov_law(many_states(40, drawn=True))  # 20 fixed laws of 2..5 tokens, 20 identical Dirichlet laws
+    jaxpr = jax.make_jaxpr(lambda k, s: law.node_logp(k, s, 4))(jax.random.key(0), jnp.int32(0))
+    (cond,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "cond"]
+    assert len(cond.params["branches"]) == 2
+
+
+def test_spine_walks_compile_once_per_kind_whatever_the_state_count():
+    small, large = markov_law(many_states(3, seed=1)), markov_law(many_states(40, seed=2))
+    sample_walks(jax.random.key(0), small, 64, depth=4)  # the step of a stack of fixed laws compiled once
+    n = _compiles(lambda: sample_walks(jax.random.key(0), large, 64, depth=4))
+    assert n <= 6, n  # a step for the 40-state stack (42 when each state compiled its own)
+
+
+def test_walks_of_many_states_read_each_state_law():
+    law = markov_law(many_states(30, seed=4))
+    w = sample_walks(jax.random.key(1), law, 256, depth=6)
+    for s, sub in enumerate(law.sub_laws()):
+        at = w.state == s
+        allowed = -np.asarray(sub.node_logp(None, 0, sub.vocab))  # every step's surprisal is one of its own tokens'
+        assert np.all(np.isin(w.xi[at].astype(np.float32), allowed.astype(np.float32)))
+        assert np.all(np.isfinite(w.xi[at]))
+
+
+def test_exact_state_laws_have_no_bootstrap_spread():
+    st = stationary(jax.random.key(0), markov_law(many_states(50, seed=5)))
+    assert np.all(st.pi_se == 0) and st.mu_se == 0 and st.mu2_se == 0
+    assert st.pi.sum() == pytest.approx(1.0, abs=1e-12) and st.mu > 0
