@@ -29,6 +29,7 @@ settings.load_profile("brwsim")
 # the run ends on short ones. (Within a file the order is unchanged, so module fixtures are made once.)
 SLOW_FILES = {
     "tests/test_processes.py": 360,
+    "tests/llm/test_hostile_llm.py": 180,
     "tests/test_signals.py": 140,
     "tests/test_exact_oracle.py": 135,
     "tests/test_experiments.py": 130,
@@ -39,7 +40,6 @@ SLOW_FILES = {
     "tests/llm/test_specdec.py": 70,
     "tests/test_cli.py": 70,
     "tests/llm/test_plan.py": 60,
-    "tests/llm/test_hostile_llm.py": 50,
     "tests/test_specsampling.py": 50,
     "tests/test_spine.py": 40,
     "tests/test_draft_costs.py": 37,
