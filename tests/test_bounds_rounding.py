@@ -144,3 +144,21 @@ def test_a_genuine_jensen_violation_is_still_refused():
         asymptotic(4, 2.0, 3.9)
     assert math.isfinite(renewal(4, 1.0, 1.0 - JENSEN_RTOL / 2))  # within the rounding tolerance
     assert JENSEN_RTOL < 1e-5
+
+
+@pytest.mark.parametrize("probs", [[0.9999, 0.0001], [0.99999999, 1e-8]])
+def test_peaked_fixed_laws_match_the_enumerated_answer(probs):
+    # a near-deterministic law: a walk takes ~1/p_min steps of ~p_min nats, so the points the curves keep are capped
+    # (walks x steps, not 1/p_min); the oracle's E[X] is the enumerated value and every bound stays at or above it
+    from brwsim.estimate import oracle_values
+
+    P_list = [1, 2, 4]
+    law = fixed_law(probs)
+    exact = enumerate_fixed(probs, max(P_list))
+    values, _ = oracle_values(jax.random.key(0), law, max(P_list), trees=4, progress=False)
+    np.testing.assert_allclose(values[0], exact, rtol=1e-6)
+    mom = moments(jax.random.key(0), law)
+    curves = law_curves(jax.random.key(1), law, max(P_list), walks=64, mu_hint=mom.mu)
+    for b in bounds_from_curves(curves, P_list, mom.mu, mom.mu2, iid=True):
+        for name, value in b.rigorous.items():
+            assert exact[b.P - 1] <= value <= b.P * (1 + 1e-9), (probs, b.P, name, value)
