@@ -45,6 +45,19 @@ def _probe(d: Path) -> str | None:
     return None
 
 
+def check_path_name(path: str | os.PathLike, what: str) -> None:
+    """A one-line :class:`BrwsimError` when the OS refuses to look the path up at all (a name or a component too
+    long, a NUL byte); a path that does not exist yet is fine."""
+    try:
+        os.stat(os.path.expanduser(str(path)))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        shown = repr(str(path)) if len(str(path)) <= 80 else repr(str(path)[:60]) + f"... ({len(str(path))} characters)"
+        raise BrwsimError(f"{what} {shown} is not a usable path ({why}); give a shorter or another path") from None
+
+
 def _existing_ancestor(p: Path) -> Path:
     while not p.exists() and p != p.parent:
         p = p.parent
@@ -57,6 +70,7 @@ def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
     file. A file in the way, a missing ancestor that is a file, or a directory that refuses writes is a one-line
     :class:`BrwsimError` naming ``what`` (e.g. ``BRWSIM_OUT``, ``--save-pool``). Nothing is created."""
     p = Path(os.path.expanduser(str(path)))
+    check_path_name(path, what)
     if p.exists() and not p.is_dir():
         raise BrwsimError(f"{what} {str(path)!r} is a file, not a directory: give a directory")
     base = _existing_ancestor(p.absolute())
@@ -74,6 +88,7 @@ def check_writable_file(path: str | os.PathLike, what: str) -> Path:
     p = Path(os.path.expanduser(str(path)))
     if not str(path).strip():
         raise BrwsimError(f"{what} needs a file name")
+    check_path_name(path, what)
     if p.is_dir():
         raise BrwsimError(f"{what} {str(path)!r} is a directory: give a file name (e.g. {p / 'rows.npz'})")
     parent = p.absolute().parent

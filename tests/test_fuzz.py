@@ -523,3 +523,33 @@ def test_fuzz_extreme_drafters(drafter, law, P, trees, as_json, capsys):
     argv = ["simulate", "--law", law, "--P", P, "--trees", trees, "--drafter", drafter]
     argv += ["--json"] if as_json else []
     check_outcome(argv, *run(argv, capsys, cls="drafter"), "drafter")
+
+
+# --- a name the OS will not look up (found by the environment class): one line, never a traceback -----------------
+
+
+@pytest.mark.parametrize(
+    "argv, env, needle",
+    [
+        (["reproduce", "--quick", "--only", "nosuch"], "BRWSIM_OUT", "is not a usable path (File name too long)"),
+        (["plan", "--from-json", "LONG.json", "--hardware", "h100"], None, "is not a usable path"),
+        (["plan", "--acceptance", "LONG.pt", "--hardware", "h100", "--params", "1e9"], None, "no such file"),
+        (["simulate", "--law", "fixed:probs=1", "--P", "1", "--trees", "2"], "BRWSIM_CACHE", "XLA compilation cache"),
+    ],
+)
+def test_names_too_long_are_one_line(tmp_path, capsys, monkeypatch, argv, env, needle):
+    long = str(tmp_path / ("x" * 300))
+    argv = [a.replace("LONG", long) for a in argv]
+    if env:
+        monkeypatch.setenv(env, long)
+        monkeypatch.delenv("BRWSIM_XLA_CACHE", raising=False)
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
+
+
+def test_a_long_comma_list_of_rates_is_a_vector_not_a_file_name(capsys):
+    rates = ",".join(["0.001"] * 100)  # 599 characters: too long for a file name, a fine vector
+    argv = ["plan", "--acceptance", rates, "--hardware", "h100", "--params", "1e9", "--P", "1,2", "--json"]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert strict_loads(out)

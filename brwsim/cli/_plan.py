@@ -20,6 +20,7 @@ import math
 import sys
 from pathlib import Path
 
+from .._cache import check_path_name
 from ..drafters._sequoia import sequoia_budgets
 from ..errors import BrwsimError
 from ..estimate import simulate
@@ -86,6 +87,7 @@ def print_plan(tables: list[SpeedupTable], out=None) -> None:
 
 
 def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:
+    check_path_name(path, "--from-json")
     p = Path(path).expanduser()
     if not p.is_file():
         what = "is a directory" if p.is_dir() else "does not exist"

@@ -143,6 +143,15 @@ def _sequoia_layout(v: list[float], where: str) -> list[float]:
     return v[1:-1]
 
 
+def _looked_up(path: Path, test: str) -> bool:
+    """``path.exists()`` or ``path.is_file()``, False where the OS will not look the name up (a long comma list
+    of rates is a name too long for a file, not an error)."""
+    try:
+        return getattr(path, test)()
+    except (OSError, ValueError):
+        return False
+
+
 def read_acceptance(text: str, load_tensor: Callable[[Path], list] | None = None) -> np.ndarray:
     """Positional acceptance rates ``a[k]`` (k = 0: the drafter's top-ranked child) from a comma list
     (``0.63,0.11,0.06``) or from Sequoia's saved vector: a torch ``.pt`` file, or a text file of its numbers.
@@ -156,8 +165,8 @@ def read_acceptance(text: str, load_tensor: Callable[[Path], list] | None = None
     text = text.strip()
     where = f"acceptance vector {text!r}"
     path = Path(text).expanduser()
-    if path.suffix == ".pt" or path.exists():
-        if not path.is_file():
+    if path.suffix == ".pt" or _looked_up(path, "exists"):
+        if not _looked_up(path, "is_file"):
             raise BrwsimError(f"{where}: no such file (a .pt or text file of Sequoia's acceptance vector)")
         if path.suffix == ".pt":
             if load_tensor is None:
