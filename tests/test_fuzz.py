@@ -160,6 +160,12 @@ def run(argv: list[str], capsys, limit: float | None = None, cls: str | None = N
         code = e.code
     except Hang:
         code = "hang"
+    except Exception as e:  # a traceback: logged for the long run's tally, then the test fails with it
+        if os.environ.get("BRWSIM_FUZZ_LOG"):
+            with open(os.environ["BRWSIM_FUZZ_LOG"], "a") as f:
+                line = f"FAIL\t{cls or argv[0]}\ttraceback\t{' '.join(argv)!r}\t{type(e).__name__}: {e!r}"
+                f.write(line[:2000] + "\n")
+        raise
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
