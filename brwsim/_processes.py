@@ -21,6 +21,7 @@ import time
 
 import jax
 import numpy as np
+from jax._src import distributed as _distributed  # the coordination service's client (its key-value store)
 from jax.experimental import multihost_utils
 
 from . import _supervise
@@ -306,9 +307,7 @@ STOP_KEY = "brwsim/stop"  # the coordination service's key a signalled process p
 
 
 def _client():
-    from jax._src import distributed
-
-    return distributed.global_state.client
+    return _distributed.global_state.client
 
 
 def post_stop(signum: int) -> None:
