@@ -73,7 +73,7 @@ def test_a_signal_to_one_process_stops_every_process_after_one_round(processes, 
 
 
 def test_the_handlers_raise_note_and_are_put_back():
-    before = signal.getsignal(signal.SIGTERM)
+    before, before_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)  # (SIG_IGN in a `cmd &`)
     with interrupts.installed():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGHUP)
@@ -95,7 +95,7 @@ def test_the_handlers_raise_note_and_are_put_back():
             time.sleep(0.05)
             interrupts.agree(1, signal.SIGTERM)  # every process stops: process 1's signal came first in order
         assert interrupts.exit_status() == 130 and interrupts.by() == 1 and interrupts.agreed()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before_int
 
 
 # -- the one line of a process fault: no [Gloo] notes around it, no garbled counts or addresses
