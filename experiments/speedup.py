@@ -21,12 +21,18 @@ rounds over every P, fitted non-decreasing in P (a dip at a larger P is timing
 noise), and the best P of the oracle is reported as a set: the budgets whose
 speedup the data do not tell apart from the best (a paired bootstrap over the
 real-model run's prompts and the timing repeats; brwsim.speedup.best_P_set),
-the smallest of them named. Every real drafter's pass is timed here
-(brwsim.speedup.measure_draft_cost: interleaved with the target's step,
-Student t interval over the repeats; an EAGLE head is timed as the quick head,
-the same architecture and cost) and derived on the H100 roofline from its
-footprint (its weight bytes at its own bits, the target's in bf16, its KV
-cache, its FLOPs: RooflineCost.pass_time). Where the best P is the largest
+the smallest of them named. Every real drafter is charged what its fixed
+builder spends per target call, measured here in real speculative decoding at
+every budget (brwsim.speedup.measure_draft_calls: three calibration prompts of
+the real-drafters run, each budget's drafting seconds per call over the plain
+step around it, Student t interval over the prompts; rows
+``draft_call_fraction`` with the passes per call and rows per pass), and on
+the H100 roofline those measured passes per call, each the roofline's pass
+for its footprint (its weight bytes at its own bits, the target's in bf16,
+its KV cache, its FLOPs) at its measured rows per pass
+(RooflineCost.pass_time). One pass timed alone (brwsim.speedup.measure_draft_cost,
+interleaved with the target's step) is kept in rows ``draft_pass_seconds``
+for comparison and for the early-exit drafters. Where the best P is the largest
 budget whose E[X] was measured, the row says "at least P, still rising".
 Writes results/speedup.{csv,jsonl}, results/speedup_cpu_cost.csv and
 figures/speedup.{png,pdf}. ``--quick``: fewer budgets and repeats for the CPU
