@@ -15,7 +15,7 @@ def test_plan_model_with_a_real_drafter_measured_here(capsys, tmp_path):
     # auto with n = 27 of the 30 layers: two candidate blocks probed (2-28, 3-29), not the default's 19
     argv = ["plan", "--model", "smollm2-135m", "--drafter", "layerskip:auto,n=27", "--hardware", "cpu-measured",
             "--P", "1,2", "--n", "2", "--walks", "8", "--depth", "4", "--surrogate-trees", "50", "--repeats", "2",
-            "--context", "32", "--prompts", "pydoc"]  # fmt: skip
+            "--context", "32", "--prompts", "pydoc", "--draft-prompts", "2", "--draft-tokens", "4"]  # fmt: skip
     assert main([*argv, "--json"]) == 0
     tables = json.loads(capsys.readouterr().out)["tables"]
     assert [t["drafter"].split(" ")[0] for t in tables] == ["oracle", tables[1]["drafter"].split(" ")[0]]
@@ -33,7 +33,7 @@ def test_plan_model_on_a_roofline_derives_the_drafters_pass_from_its_footprint(c
 
     argv = ["plan", "--model", "smollm2-135m", "--drafter", "lowbit:bits=4", "--hardware", "h100", "--P", "1,2",
             "--n", "1", "--walks", "16", "--depth", "4", "--surrogate-trees", "50", "--prompts", "pydoc",
-            "--json"]  # fmt: skip
+            "--draft-tokens", "4", "--json"]  # fmt: skip
     assert main(argv) == 0
     tables = json.loads(capsys.readouterr().out)["tables"]
     d, t0 = tables[1]["draft_cost"], tables[1]["rows"][0]["t_verify"]
