@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 import platform
@@ -71,6 +72,7 @@ NAME = "speedup"
 MODEL = "smollm2-135m"
 LAYERS = 30
 GPU = "h100"
+GPU_CONTEXT = 512  # the roofline panel's context before the tree
 # (shape, weight bytes per parameter): 70B in bf16 (141 GB) does not fit one 80 GB H100; weight-only 8-bit does
 # (the KV cache stays in bf16: KV_BYTES for every target)
 TARGETS = (("llama-1b", 2.0), ("llama-8b", 2.0), ("llama-70b", 1.0))
@@ -194,7 +196,7 @@ def tables(params: dict, costs: dict) -> list[tuple[str, str, object, int]]:
             out.append(("cpu", f"{drafted.drafter} (early exit), {task}", drafted, P_max))
         ex = _ex(real, label, "oracle")
         for target, bpp in TARGETS:
-            gpu = dataclasses.replace(verify_cost(GPU, target=target, bytes_per_param=bpp, context=512),
+            gpu = dataclasses.replace(verify_cost(GPU, target=target, bytes_per_param=bpp, context=GPU_CONTEXT),
                                       kv_bytes=KV_BYTES)  # fmt: skip
             name = f"{target} ({8 * bpp:.0f}-bit weights), {task}"
             out.append((GPU, name, _gpu_curve(ex, gpu), ex[-1][0]))
@@ -256,7 +258,7 @@ def drafter_costs(params: dict, names: list[str]) -> dict:
         from brwsim.speedup import measure_draft_cost
 
         src = load_source(MODEL, threads=1, device=device_of(params))
-        h100 = verify_cost(GPU, source=src, context=512)
+        h100 = verify_cost(GPU, source=src, context=GPU_CONTEXT)
         out = [{"name": "h100", "points": {str(P): h100.t_verify(P) for P in [0, *params["P"]]}}]
         for name in names:
             d = open_drafter(timed_spec(name), src)
@@ -307,12 +309,19 @@ def drafter_calls(params: dict, names: list[str]) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _target(device: str):
+    """The shipped model on ``device``, loaded once for every drafter's calibration."""
+    from brwsim.llm.sources import load_source
+
+    return load_source(MODEL, threads=1, device=device)
+
+
 def _calls_of(params: dict, name: str, spec: str) -> dict:
     from brwsim.llm.drafters import open_drafter
-    from brwsim.llm.sources import load_source
     from brwsim.speedup import measure_draft_calls
 
-    src = load_source(MODEL, threads=1, device=device_of(params))
+    src = _target(device_of(params))
     ids = [src.encode(p.text) for p in calibration_prompts(params)]
     d = open_drafter(spec, src, log=lambda m: print(m, flush=True))
     print(f"speedup: {name}: drafting per call in speculative decoding, P = {params['P']}", flush=True)
@@ -336,7 +345,7 @@ def _draft_cost(c: dict, where: str, t0: float = 0.0, calls: dict | None = None)
         if where == "cpu":
             return dc.cost(t0)
         fp = PassFootprint.from_dict(c["footprint"])
-        roof = RooflineCost(preset(GPU), model_shape(params=1.0), 2.0, 512)  # a pass's time reads no target shape
+        roof = RooflineCost(preset(GPU), model_shape(params=1.0), 2.0, GPU_CONTEXT)  # pass_time reads no shape
         one = roof.pass_time(fp)
         return dc.pass_cost(lambda r: c["h100_pass"] * (roof.pass_time(fp, r) / one if one else 0.0), "on the roofline")
     if where == "cpu":
