@@ -32,6 +32,7 @@ from brwsim.laws import (
     rank_of,
     topk_sorted,
 )
+from brwsim.laws._draw import uniform46
 from brwsim.testing import returns_within
 from brwsim.theory import moments, sample_moments
 
@@ -757,50 +758,40 @@ def test_pool_tail_of_a_whole_row_is_infinite_without_warnings(tmp_path):
     assert np.exp(np.asarray(pool.logp, np.float64)).sum() > 1  # the seven-entry row is the one above 1
 
 
-def test_pool_spine_step_on_a_cdf_entry_and_past_the_last(tmp_path):
-    # one whole row of K = 61387 entries 1/K: float32(log 1/K) rounds down by nearly half an ulp, so the
-    # float32 probabilities sum to 1 - 8 * 2^-24 and a uniform u in [cdf_K, 1) has probability 4 * 2^-23
+def _floor_uK(keys, K: int, which: int) -> np.ndarray:
+    """floor(u K) for the 46-bit uniform a spine step draws from key ``which`` of each key's split (exact in
+    float64: u has 46 bits, K 16)."""
+    u1, u2 = jax.vmap(lambda k: uniform46(jax.random.split(k)[which]))(keys)
+    uK = (np.asarray(u1, np.float64) + np.asarray(u2, np.float64)) * K
+    assert np.all(uK - np.floor(uK) > 0)  # no uniform on a boundary: floor is the answer
+    return np.floor(uK).astype(np.int64)
+
+
+def test_pool_spine_step_is_the_inverse_cdf_of_a_whole_row(tmp_path):
+    # one whole row of K = 61387 entries 1/K: float32(log 1/K) rounds down by nearly half an ulp, so the float32
+    # probabilities sum to 1 - 8 * 2^-24; the row is the law, normalised in float64: every entry 1/K again, and
+    # the step (a 46-bit uniform u against the double-float cumulative sums) takes child floor(u K), exactly
     K = 61387
     pool = _pool(tmp_path, [np.full(K, 1 / K)])
+    assert np.float32(np.exp(np.asarray(pool.logp, np.float64)).sum()) == np.float32(1 - 8 * 2.0**-24)
     tables = pool.spine_tables()
-    cdf = np.asarray(tables["cdf"])[0]
-    assert cdf[-1] == np.float32(1 - 8 * 2.0**-24)
-    # two seeds found by a search: the step's uniform (the second key of a split) is exactly a cdf entry, and
-    # past the last one
-    seeds = jnp.array([40, 1247695])
-    u = np.asarray(jax.vmap(lambda s: jax.random.uniform(jax.random.split(jax.random.key(s))[1]))(seeds))
-    (j,) = np.nonzero(cdf[:-1] == u[0])[0]
-    assert u[1] >= cdf[-1]
-    f = jax.jit(jax.vmap(lambda s: pool.spine_step(tables, jax.random.key(s), True, True, None)))
-    xi, r, h, _ = f(seeds)
+    assert np.asarray(tables["cdf"])[0, -1] == 1.0 and np.asarray(tables["cdf_lo"])[0, -1] == 0.0
+    keys = jax.random.split(jax.random.key(11), 4000)
+    xi, r, h, _ = jax.jit(jax.vmap(lambda k: pool.spine_step(tables, k, True, True, None)))(keys)
     assert r.dtype == jnp.int32
-    # child i is taken for u in [cdf_{i-1}, cdf_i), the half-open inverse CDF: u = cdf_j takes child j + 1
-    assert int(r[0]) == j + 1
-    # past cdf_K a whole row has no tail: the draw is its last child, of surprisal log K
-    assert int(r[1]) == K - 1 and float(xi[1]) == pytest.approx(math.log(K), rel=1e-6)
+    np.testing.assert_array_equal(np.asarray(r), _floor_uK(keys, K, 1))
+    np.testing.assert_allclose(np.asarray(xi), math.log(K), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(h), math.log(K), rtol=1e-5)
 
 
 def test_deterministic_spine_step_is_the_inverse_cdf_of_the_normalised_row():
-    # a fixed law of K = 61387 entries 1/K: float32(log 1/K) rounds down, so its float32 probabilities sum to
-    # c = cdf_K = 1 - 8 * 2^-24, and the step compares u * c with the cumulative probabilities (j + 1) c / K:
-    # child floor(u K), the uniform law's inverse CDF, up to float32 roundings of at most 0.008 in u K
+    # the same row as a fixed law: its step takes child floor(u K) for the 46-bit uniform of its first key
     K = 61387
     law = fixed_law(np.full(K, 1 / K))
     tables = law.spine_tables()
-    cdf = np.asarray(tables["cdf"])
-    assert cdf[-1] == np.float32(1 - 8 * 2.0**-24)
-    # two seeds found by a search: the step's uniform (the first key of a split) times c is exactly a cdf
-    # entry; and u K has fractional part 0.986, 0.014 from the next child (dividing by c moves it 0.05)
-    seeds = jnp.array([291, 366])
-    u = np.asarray(jax.vmap(lambda s: jax.random.uniform(jax.random.split(jax.random.key(s))[0]))(seeds))
-    (j,) = np.nonzero(cdf[:-1] == u[0] * cdf[-1])[0]
-    uK = np.float64(u[1]) * K
-    assert 0.98 < uK - math.floor(uK) < 0.99
-    f = jax.jit(jax.vmap(lambda s: law.spine_step(tables, jax.random.key(s), True, True, (1.0, 2.0))))
-    _, r, _, _ = f(seeds)
-    assert int(r[0]) == j + 1  # the half-open inverse CDF: u c = cdf_j takes child j + 1
-    assert int(r[1]) == math.floor(uK)
+    keys = jax.random.split(jax.random.key(12), 4000)
+    f = jax.jit(jax.vmap(lambda k: law.spine_step(tables, k, True, True, (1.0, 2.0))))
+    np.testing.assert_array_equal(np.asarray(f(keys)[1]), _floor_uK(keys, K, 0))
 
 
 def test_truncated_pool_may_hold_whole_rows_up_to_one_plus_the_tolerance(tmp_path):

@@ -24,6 +24,7 @@ from .._moments import entropy_moments
 from .._registry import registrar
 from .._spec import Spec, number, parse_spec
 from ..errors import BrwsimError
+from ._draw import draw_index
 
 PROB_TOL = 1e-6  # how far from 1 a user-given distribution may sum
 VOCAB_MAX = 2**31 - 1  # token indices are int32
@@ -287,9 +288,8 @@ class Law:
         (0 unless ``need_rank``), and the node's entropy and second log-moment (NaN unless ``need_H``)."""
         k1, k2 = jax.random.split(key)
         lp = self.full_logp(k1, 0)
-        # inverse-CDF draw of the child: one uniform instead of V Gumbels
-        cdf = jnp.cumsum(jnp.exp(lp - jnp.max(lp)))
-        c = jnp.minimum(jnp.searchsorted(cdf, jax.random.uniform(k2) * cdf[-1], side="right"), lp.shape[0] - 1)
+        # inverse-CDF draw of the child: one 46-bit uniform instead of V Gumbels, its prefix sums double-floats
+        c = draw_index(jnp.exp(lp - jnp.max(lp)), k2)
         rank = rank_of(lp, c) if need_rank else jnp.int32(0)
         if need_H:
             h, m2 = entropy_moments(lp)

@@ -11,6 +11,7 @@ from .._registry import data_field
 from .._spec import Spec
 from ..errors import BrwsimError
 from ._base import Law, NativeIndexed, check_distribution, register, topk_sorted
+from ._draw import count_at_most, host_cdf, uniform46
 
 
 @register("fixed")
@@ -90,17 +91,17 @@ def fixed_law(probs) -> Fixed:
 
 
 def cdf_tables(law: Law) -> dict:
-    """The sorted log-probabilities and cumulative probabilities of a deterministic law's one distribution."""
+    """The sorted log-probabilities of a deterministic law's one distribution and its cumulative probabilities,
+    normalised in float64 and kept as float32 double-floats ``cdf + cdf_lo`` (exact to 2^-48: brwsim.laws._draw)."""
     lp = np.asarray(law.node_logp(None, 0, law.vocab), np.float64)
     last = int(np.count_nonzero(lp > -np.inf)) - 1  # the least likely token of positive probability
-    cdf = jnp.asarray(np.cumsum(np.exp(lp)), jnp.float32)
-    return {"lp": jnp.asarray(lp, jnp.float32), "cdf": cdf, "last": jnp.int32(max(last, 0))}
+    cdf, cdf_lo = host_cdf(np.exp(lp), normalise=True)
+    return {"lp": jnp.asarray(lp, jnp.float32), "cdf": cdf, "cdf_lo": cdf_lo, "last": jnp.int32(max(last, 0))}
 
 
 def cdf_step(tables: dict, key, exact):
-    """A spine step of a deterministic law: the child by inverse CDF, O(log V); H and M2 are the exact ones."""
+    """A spine step of a deterministic law: the child by inverse CDF with a 46-bit uniform, O(log V); H and M2 are
+    the exact ones."""
     k1, _ = jax.random.split(key)
-    cdf = tables["cdf"]
-    u = jax.random.uniform(k1) * cdf[-1]
-    r = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), tables["last"])  # u rounded up to the total: the last
+    r = jnp.minimum(count_at_most(tables["cdf"], tables["cdf_lo"], uniform46(k1)), tables["last"])
     return -tables["lp"][r], r.astype(jnp.int32), jnp.float32(exact[0]), jnp.float32(exact[1])

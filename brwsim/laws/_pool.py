@@ -15,6 +15,7 @@ from .._registry import data_field
 from .._spec import Spec
 from ..errors import BrwsimError
 from ._base import PROB_TOL, Law, NativeIndexed, register
+from ._draw import count_at_most, host_cdf, uniform46
 
 
 @register("pool")
@@ -96,7 +97,10 @@ class Pool(Law):
         # a step into the unknown tail of a truncated row has probability at most
         # min(p_K, tail mass): surprisal at least this (a conservative stand-in)
         tail = np.maximum(tail, -lp[:, -1])
-        return {"cdf": jnp.asarray(cdf, jnp.float32), "tail": jnp.asarray(tail, jnp.float32)}
+        # the rows' cumulative sums as double-floats (brwsim.laws._draw); a whole row is the law, normalised in
+        # float64 (its float32 entries sum to 1 +- ulps), a truncated row keeps its tail
+        hi, lo = host_cdf(np.exp(lp), normalise=not self.truncated)
+        return {"cdf": hi, "cdf_lo": lo, "tail": jnp.asarray(tail, jnp.float32)}
 
     def costly_spine_step(self, need_rank: bool) -> bool:
         return False
@@ -105,9 +109,8 @@ class Pool(Law):
         """O(log K): a row, then the child by inverse CDF; H and M2 are the row's own."""
         k1, k2 = jax.random.split(key)
         row = jax.random.randint(k1, (), 0, self.logp.shape[0])
-        cdf = tables["cdf"][row]
-        K = cdf.shape[0]
-        r = jnp.searchsorted(cdf, jax.random.uniform(k2), side="right")
+        K = tables["cdf"].shape[1]
+        r = count_at_most(tables["cdf"][row], tables["cdf_lo"][row], uniform46(k2))
         if not self.truncated:
             r = jnp.minimum(r, K - 1)
         xi = jnp.where(r < K, -self.logp[row, jnp.minimum(r, K - 1)], tables["tail"][row])
