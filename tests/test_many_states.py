@@ -1,9 +1,9 @@
 """Markov laws of many states: the state count is a data dimension, not one compiled kernel per state.
 
 States whose laws are of one kind (one class and static fields; fixed laws of any vocabulary, padded with
-probability-0 tokens) are stacked and gathered by index (brwsim.laws.stack_laws): the oracle's node draw is one
-branch per kind and the spine's step one compilation per kind, whatever the number of states. Each state still
-gets its own law, bit for bit.
+probability-0 tokens; Dirichlet, logit-normal and random-exponent Zipf laws of any parameters, held as data)
+are stacked and gathered by index (brwsim.laws.stack_laws): the oracle's node draw is one branch per kind and
+the spine's step one compilation per kind, whatever the number of states. Each state still gets its own law.
 """
 
 from __future__ import annotations
@@ -116,3 +116,58 @@ def test_exact_state_laws_have_no_bootstrap_spread():
     st = stationary(jax.random.key(0), markov_law(many_states(50, seed=5)))
     assert np.all(st.pi_se == 0) and st.mu_se == 0 and st.mu2_se == 0
     assert st.pi.sum() == pytest.approx(1.0, abs=1e-12) and st.mu > 0
+
+
+# states of one family and shape that differ only in their parameters (Dirichlet alpha, logit-normal sigma, a
+# random Zipf exponent's s and s_sd):
+# the parameters become data (Law.with_data_params), one kind for all of them
+
+
+DRAWN = ("dirichlet:V=6,alpha=1e-31", "dirichlet:V=6,alpha=0.05", "dirichlet:V=6,alpha=0.5", "dirichlet:V=6,alpha=2",
+         "dirichlet:V=1,alpha=0.5", "logitnormal:V=6,sigma=0.7", "logitnormal:V=6,sigma=1e39",
+         "zipf:V=6,s=1.1,s_sd=0.4")  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", DRAWN)
+def test_parameters_as_data_draw_the_same_law(spec):
+    # every branch of the Gamma sampler (alpha tiny, below 1 with (V - 1) alpha below 1 or not, above 1; V = 1)
+    # and the logit-normal's scale up to a point mass: the same float32 constants, so the same node draws; the
+    # spine step's scalar arithmetic may round its last bit otherwise (another compilation)
+    law = parse_law(spec)
+    form = law.with_data_params()
+    assert form is not law and jax.tree.leaves(form)
+    full = jax.jit(lambda k, w: w.full_logp(k, 0))
+    step = jax.jit(lambda k, w: w.spine_step({}, k, False, False, (1.0, 2.0))[0])
+    for seed in range(4):
+        key = jax.random.key(seed)
+        np.testing.assert_array_equal(np.asarray(full(key, law)), np.asarray(full(key, form)))
+        np.testing.assert_allclose(float(step(key, form)), float(step(key, law)), rtol=1e-6, atol=1e-7)
+
+
+def test_drawn_states_differing_in_parameters_are_one_kind():
+    specs = ["dirichlet:V=6,alpha=0.3", "dirichlet:V=6,alpha=0.5", "logitnormal:V=6,sigma=1", "dirichlet:V=6,alpha=0.9",
+             "logitnormal:V=6,sigma=2", "dirichlet:V=6,alpha=0.5", "fixed:probs=0.5/0.5"]  # fmt: skip
+    stacked, group, pos = stack_laws([parse_law(s) for s in specs])
+    assert len(stacked) == 3 and group.tolist() == [0, 0, 1, 0, 1, 0, 2]
+    # a law alone in its kind keeps its static form: the same compiled code as outside a Markov law
+    alone, _, _ = stack_laws([parse_law("dirichlet:V=6,alpha=0.3"), parse_law("dirichlet:V=6,alpha=0.3")])
+    assert alone[0].consts is None
+    # random Zipf exponents are one kind; deterministic Zipf laws keep their own exact rows and spine tables
+    zipfs = [
+        parse_law(s) for s in ("zipf:V=6,s=1.1,s_sd=0.4", "zipf:V=6,s=2,s_sd=0.1", "zipf:V=6,s=1.1", "zipf:V=6,s=2")
+    ]
+    stacked, group, _ = stack_laws(zipfs, extra=lambda law: law.spine_tables())
+    assert group.tolist() == [0, 0, 1, 2] and len(stacked) == 3
+
+
+def test_spine_walks_of_distinct_drawn_states_compile_once_per_kind():
+    def law(alphas):
+        n = len(alphas)
+        names = [f"s{i}" for i in range(n)]
+        kernel = {s: [[1 / n] * n] for s in names}
+        states = {s: f"dirichlet:V=6,alpha={a}" for s, a in zip(names, alphas, strict=True)}
+        return markov_law({"states": states, "initial": names[0], "kernel": kernel})
+
+    sample_walks(jax.random.key(0), law([0.3, 0.4]), 64, depth=4)
+    n = _compiles(lambda: sample_walks(jax.random.key(0), law([0.3 + 0.05 * i for i in range(12)]), 64, depth=4))
+    assert n <= 6, n  # one step for the 12 Dirichlet states (12 or more when each state compiled its own)

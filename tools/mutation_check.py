@@ -109,9 +109,11 @@ MUTATIONS = [
 T = "tests/test_exact_{}.py".format
 CLUSTERS = [
     ("logit-normal: sigma used as its square root", "brwsim/laws/_logitnormal.py",
-     "scale_logits(z - jnp.max(z), self.sigma)", "scale_logits(z - jnp.max(z), self.sigma**0.5)", T("laws")),
+     "scale_logits(z - jnp.max(z), self.sigma if self.scale is None else self.scale)",
+     "scale_logits(z - jnp.max(z), self.sigma**0.5 if self.scale is None else self.scale**0.5)", T("laws")),
     ("Zipf: s_sd squared in the random exponent", "brwsim/laws/_zipf.py",
-     "+ self.s_sd * jax.random.normal(key, ())", "+ self.s_sd**2 * jax.random.normal(key, ())", T("laws")),
+     "s = jnp.exp(log_s + sd * jax.random.normal(key, ()))", "s = jnp.exp(log_s + sd**2 * jax.random.normal(key, ()))",
+     T("laws")),
     ("pool spine walk: last row never drawn", "brwsim/laws/_pool.py",
      "row = jax.random.randint(k1, (), 0, self.logp.shape[0])",
      "row = jax.random.randint(k1, (), 0, self.logp.shape[0] - 1)", T("laws")),

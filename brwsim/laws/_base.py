@@ -268,6 +268,13 @@ class Law:
         vocabulary is not an array's shape."""
         return self
 
+    def with_data_params(self) -> Law:
+        """The same law with its numeric parameters as float32 array leaves instead of static fields, so that
+        laws of one family and shape that differ only in them are one kind of :func:`stack_laws` (one compiled
+        branch for any number of Markov states); the same float32 arithmetic, so the same draws. Itself for a
+        law with no such parameters."""
+        return self
+
     def table_bytes(self) -> int:
         """Bytes of host memory the law's exact moments and spine tables take beyond the law itself (O(V) for a
         deterministic law given by a formula, 0 when there are none): sized before any is built."""
@@ -312,14 +319,23 @@ def stack_laws(laws, extra=None) -> tuple[list, np.ndarray, np.ndarray]:
     """Laws of one kind stacked along a leading axis, so that any number of them is one kernel (a gather by
     index), not one compiled branch each: ``(stacked, group, pos)``, law ``i`` being ``pick(stacked[group[i]],
     pos[i])``. Laws of one class with the same static fields are one kind once padded (:meth:`Law.padded`) to
-    the largest vocabulary of their class; ``extra`` (one pytree a law, e.g. its spine tables, made from the
-    padded law by ``extra(law)``) is stacked beside it and must match too: then each item is ``(law, extra)``."""
+    the largest vocabulary of their class, and laws of one family and shape that differ only in numeric
+    parameters are one kind as their :meth:`Law.with_data_params`; ``extra`` (one pytree a law, e.g. its spine
+    tables, made from the padded law by ``extra(law)``) is stacked beside it and must match too: then each item
+    is ``(law, extra)``."""
     V = {}
     for law in laws:
         V[type(law)] = max(V.get(type(law), 0), law.vocab)
-    items = [law.padded(V[type(law)]) for law in laws]
-    if extra is not None:
-        items = [(law, extra(law)) for law in items]
+    padded = [law.padded(V[type(law)]) for law in laws]
+    # laws that differ only in numeric parameters: those as data (Law.with_data_params), one kind for all of them;
+    # a law alone in its kind keeps its static form (its compiled code, bit for bit, as outside a Markov law)
+    forms = [law.with_data_params() for law in padded]
+    by_form: dict = {}
+    for law, form in zip(padded, forms, strict=True):
+        by_form.setdefault(_signature(form), set()).add(_signature(law))
+    items = [form if len(by_form[_signature(form)]) > 1 else law for law, form in zip(padded, forms, strict=True)]
+    if extra is not None:  # made from the law itself, not from its data form
+        items = [(item, extra(law)) for item, law in zip(items, padded, strict=True)]
     kinds: dict = {}
     group = np.zeros(len(items), np.int32)
     pos = np.zeros(len(items), np.int32)

@@ -6,8 +6,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from scipy.special import polygamma, psi
 
+from .._registry import data_field
 from .._spec import Spec, number
 from ._base import Law, NativeDrawn, compose_scale, log_normalize, register, scale_logits, vocab_size
 
@@ -28,6 +30,9 @@ class Dirichlet(Law):
 
     V: int = 2
     alpha: float = 1.0
+    # with_data_params: alpha's float32 constants as data (None: from the static alpha); alpha is then a stand-in
+    # with the same branches (tiny, below 1, (V - 1) alpha below 1)
+    consts: jax.Array | None = data_field(default=None)
 
     spec_keys = ({"V", "alpha"}, set())
 
@@ -44,11 +49,22 @@ class Dirichlet(Law):
         return self.V
 
     def full_logp(self, key, state):
+        k = self.consts
         if self.alpha < ALPHA_TINY:
             # Gamma(alpha) = Gamma(alpha + 1) U^(1/alpha): log G = w / alpha with w = alpha x + log U
-            w = alpha_scaled_log_gamma(key, self.alpha, (self.V,))
-            return log_normalize(scale_logits(w - jnp.max(w), 1.0 / self.alpha))
-        return log_normalize(log_gamma_variates(key, self.alpha, (self.V,)))
+            w = alpha_scaled_log_gamma(key, self.alpha, (self.V,), None if k is None else (k[0], (k[2], k[3], k[4])))
+            return log_normalize(scale_logits(w - jnp.max(w), 1.0 / self.alpha if k is None else k[1]))
+        return log_normalize(log_gamma_variates(key, self.alpha, (self.V,), None if k is None else (k[0], _at(k, 2))))
+
+    def with_data_params(self) -> Dirichlet:
+        a, V = self.alpha, self.V
+        small2 = (V - 1) * a < 1
+        stand_in = ALPHA_TINY / 10 if a < ALPHA_TINY else (ALPHA_TINY if small2 else 0.5) if a < 1 else 1.0
+        a2 = (V - 1) * a
+        consts = [np.float32(a), np.float32(np.inf) if 1.0 / a > float(np.finfo(np.float32).max) else 1.0 / a]
+        consts += _gamma_consts(a + 1.0 if a < 1 else a) + _gamma_consts(a + 1.0)
+        consts += [np.float32(a2)] + _gamma_consts(a2 + 1.0 if a2 < 1 else a2) if V > 1 else [0.0] * 4
+        return Dirichlet(V=V, alpha=stand_in, consts=jnp.asarray(np.array(consts, np.float32)))
 
     def native_program(self) -> NativeDrawn:
         return NativeDrawn(
@@ -67,28 +83,45 @@ class Dirichlet(Law):
         if need_rank:
             return super().spine_step(tables, key, need_rank, need_H, exact)
         k1, k2 = jax.random.split(key)
-        lg1 = log_gamma_variates(k1, self.alpha + 1.0, ())
+        k = self.consts
+        lg1 = log_gamma_variates(k1, self.alpha + 1.0, (), None if k is None else (k[0] + 1.0, _at(k, 5)))
         if self.V > 1:
-            lg2 = log_gamma_variates(k2, (self.V - 1) * self.alpha, ())
+            lg2 = log_gamma_variates(k2, (self.V - 1) * self.alpha, (), None if k is None else (k[8], _at(k, 9)))
             xi = jnp.logaddexp(lg1, lg2) - lg1
         else:
             xi = jnp.float32(0.0)
         return xi, jnp.int32(0), jnp.float32(exact[0]), jnp.float32(exact[1])
 
 
-def log_gamma_variates(key, alpha: float, shape) -> jax.Array:
+def _gamma_consts(a: float) -> list:
+    """The squeeze method's float64 constants for Gamma(a), a >= 1, as the float32 values its code uses: d, c,
+    log d (:func:`_log_gamma_at_least_one`)."""
+    d = a - 1.0 / 3.0
+    return [np.float32(d), np.float32(1.0 / math.sqrt(9.0 * d)), np.float32(math.log(d))]
+
+
+def _at(k, i: int) -> tuple:
+    """(d, c, log d) from ``Dirichlet.consts`` at ``i``."""
+    return k[i], k[i + 1], k[i + 2]
+
+
+def log_gamma_variates(key, alpha: float, shape, data=None) -> jax.Array:
     """log of i.i.d. Gamma(alpha, 1) variates, exact, stable for small alpha.
 
     Gamma(alpha) = Gamma(alpha + 1) * U^(1/alpha) (Marsaglia and Tsang 2000,
     section 6); Gamma(a), a >= 1, by their squeeze method: d = a - 1/3,
     c = 1/sqrt(9d), v = (1 + c Z)^3, accept when log U < Z^2/2 + d - d v +
     d log v. The loop redraws rejected entries until all are accepted.
+
+    ``data`` (a law's parameters as arrays, :meth:`Dirichlet.with_data_params`): ``(alpha, (d, c, log d))`` in
+    float32, the same values the code below computes from ``alpha``; ``alpha`` then only picks the branch.
     """
     kloop, kpow = jax.random.split(key)
-    x = _log_gamma_at_least_one(kloop, alpha + 1.0 if alpha < 1 else alpha, shape)
+    a = (alpha + 1.0 if alpha < 1 else alpha) if data is None else data[1]
+    x = _log_gamma_at_least_one(kloop, a, shape)
     if alpha < 1:
         u = jax.random.uniform(kpow, shape, minval=jnp.finfo(jnp.float32).tiny)
-        x = x + jnp.log(u) / alpha
+        x = x + jnp.log(u) / (alpha if data is None else data[0])
     return x
 
 
@@ -97,10 +130,15 @@ def log_gamma_variates(key, alpha: float, shape) -> jax.Array:
 MAX_ROUNDS = 64
 
 
-def _log_gamma_at_least_one(kloop, a: float, shape) -> jax.Array:
-    """log Gamma(a) variates for a >= 1 (the squeeze method of :func:`log_gamma_variates`)."""
-    d = a - 1.0 / 3.0
-    c = 1.0 / math.sqrt(9.0 * d)
+def _log_gamma_at_least_one(kloop, a, shape) -> jax.Array:
+    """log Gamma(a) variates for a >= 1 (the squeeze method of :func:`log_gamma_variates`); ``a`` a float, or
+    its constants ``(d, c, log d)`` as float32 arrays (:func:`_gamma_consts`)."""
+    if isinstance(a, tuple):
+        d, c, log_d = a
+    else:
+        d = a - 1.0 / 3.0
+        c = 1.0 / math.sqrt(9.0 * d)
+        log_d = math.log(d)
 
     def body(st):
         i, x, done = st
@@ -111,7 +149,7 @@ def _log_gamma_at_least_one(kloop, a: float, shape) -> jax.Array:
         v = v * v * v
         logv = jnp.log(jnp.where(v > 0, v, 1.0))
         ok = (v > 0) & (jnp.log(u) < 0.5 * z * z + d - d * v + d * logv)
-        x = jnp.where(done, x, math.log(d) + logv)
+        x = jnp.where(done, x, log_d + logv)
         return i + 1, x, done | ok
 
     def going(st):
@@ -122,15 +160,16 @@ def _log_gamma_at_least_one(kloop, a: float, shape) -> jax.Array:
     return jax.lax.while_loop(going, body, init)[1]
 
 
-def alpha_scaled_log_gamma(key, alpha: float, shape) -> jax.Array:
+def alpha_scaled_log_gamma(key, alpha: float, shape, data=None) -> jax.Array:
     """``alpha log G`` for G ~ Gamma(alpha), alpha < 1: ``alpha log Gamma(alpha + 1) + log U``, finite for any alpha.
 
-    The same draws as :func:`log_gamma_variates` (same key use), multiplied by alpha before float32 overflows.
+    The same draws as :func:`log_gamma_variates` (same key use, same ``data``), multiplied by alpha before float32
+    overflows.
     """
     kloop, kpow = jax.random.split(key)
-    x = _log_gamma_at_least_one(kloop, alpha + 1.0, shape)
+    x = _log_gamma_at_least_one(kloop, alpha + 1.0 if data is None else data[1], shape)
     u = jax.random.uniform(kpow, shape, minval=jnp.finfo(jnp.float32).tiny)
-    return jnp.float32(alpha) * x + jnp.log(u)
+    return (jnp.float32(alpha) if data is None else data[0]) * x + jnp.log(u)
 
 
 def dirichlet_moments(V: int, alpha: float) -> tuple[float, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .._registry import data_field
 from .._spec import Spec, number
 from ._base import Law, NativeDrawn, compose_scale, log_normalize, register, scale_logits, vocab_size
 
@@ -21,6 +22,7 @@ class LogitNormal(Law):
 
     V: int = 2
     sigma: float = 1.0
+    scale: jax.Array | None = data_field(default=None)  # with_data_params: sigma in float32 as data (sigma then 0)
 
     spec_keys = ({"V", "sigma"}, set())
 
@@ -37,7 +39,10 @@ class LogitNormal(Law):
 
     def full_logp(self, key, state):
         z = jax.random.normal(key, (self.V,))
-        return log_normalize(scale_logits(z - jnp.max(z), self.sigma))
+        return log_normalize(scale_logits(z - jnp.max(z), self.sigma if self.scale is None else self.scale))
+
+    def with_data_params(self) -> LogitNormal:
+        return LogitNormal(V=self.V, sigma=0.0, scale=jnp.float32(compose_scale(self.sigma, 1.0)))
 
     def native_program(self) -> NativeDrawn:
         return NativeDrawn("logitnormal", scale=compose_scale(self.sigma, 1.0))

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._moments import entropy_moments
+from .._registry import data_field
 from .._spec import Spec, number
 from ._base import Law, NativeDrawn, log_normalize, register, scale_logits, vocab_size
 from ._fixed import cdf_step, cdf_tables
@@ -28,6 +29,8 @@ class Zipf(Law):
     V: int = 2
     s: float = 1.0
     s_sd: float = 0.0
+    # with_data_params of a random exponent: float32 (log s, s_sd) as data (s, s_sd then stand-ins 1, 1)
+    params: jax.Array | None = data_field(default=None)
 
     spec_keys = ({"V", "s"}, {"s_sd"})
 
@@ -47,8 +50,14 @@ class Zipf(Law):
     def full_logp(self, key, state):
         s = self.s
         if self.s_sd > 0:  # in log space: no s * inf or 0 * inf, whatever the draw
-            s = jnp.exp(math.log(self.s) + self.s_sd * jax.random.normal(key, ()))
+            log_s, sd = (math.log(self.s), self.s_sd) if self.params is None else (self.params[0], self.params[1])
+            s = jnp.exp(log_s + sd * jax.random.normal(key, ()))
         return log_normalize(scale_logits(-jnp.log(jnp.arange(1, self.V + 1, dtype=jnp.float32)), s))
+
+    def with_data_params(self) -> Zipf:
+        if self.s_sd == 0:  # deterministic: its spine tables are its own, and its rows exact
+            return self
+        return Zipf(V=self.V, s=1.0, s_sd=1.0, params=jnp.asarray(np.array([math.log(self.s), self.s_sd], np.float32)))
 
     def node_logp(self, key, state, K: int):
         # already sorted: no top_k needed
