@@ -232,3 +232,31 @@ def test_measured_draft_calls_on_a_tiny_target(tiny, drafters):
     assert cost.t_draft(0) == 0.0 and cost.kind == "measured"
     lk = measure_draft_calls(lookup, tiny, PROMPTS[:1], [2], new_tokens=6, seed=3)
     assert lk.passes == (0.0,) and lk.rows == (0.0,) and lk.fraction_ci95 == (None,)
+
+
+def test_the_loop_drafts_from_the_drafters_own_distribution_on_the_text(tiny, drafters):
+    # exactness does not see a drafter that follows the text wrongly (its trees would only be worse); so after
+    # each call, the accepted path (a random path of its own tree, or none) and the target's token appended, the
+    # session's q at the root and below it must be a fresh context's q on the whole text
+    from brwsim.llm.drafters import Proposer
+    from brwsim.llm.specdec._draft import DraftSession
+
+    rng = np.random.default_rng(4)
+    for d in drafters:
+        if isinstance(d, Proposer):
+            continue
+        text = list(PROMPTS[0])
+        session = DraftSession(d, tiny, text)
+        for _ in range(4):
+            tree = session.tree(8)
+            path = list(tree[rng.integers(len(tree))]) if rng.random() < 0.8 else []
+            path = path[: rng.integers(len(path) + 1)]
+            tokens = path + [int(rng.integers(1, V))]
+            feats = d.prompt_features(text + tokens)[-len(tokens) :] if session.needs_features else None
+            session.advance(tokens, feats)
+            text += tokens
+            a, b = (int(x) for x in rng.integers(1, V, 2))
+            prefixes = [(), (a,), (a, b)]
+            got = np.asarray(session.ctx.logprobs(prefixes))
+            want = np.asarray(d.context(text).logprobs(prefixes))
+            np.testing.assert_allclose(got, want, atol=2e-4, err_msg=f"{d.name} after {len(text)} tokens")
