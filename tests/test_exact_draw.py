@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from brwsim.laws import fixed_law
-from brwsim.laws._draw import block_sums, count_at_most, draw_index, prefix_sums, times, two_sum, uniform46
+from brwsim.laws._draw import block_sums, count_at_most, draw_at, draw_index, prefix_sums, times, two_sum, uniform46
 
 
 def test_two_sum_keeps_the_rounding_error():
@@ -97,3 +97,14 @@ def test_tokens_below_float32_resolution_are_drawn_at_their_rate(path):
     # tail draws ~ Binomial(n, 2^-8): 469 expected; the odd fraction ~ 1/2 with sd 0.023 (a 23-bit uniform: 0 or 1)
     assert abs(m - n * 2.0**-8) < 5 * math.sqrt(n * 2.0**-8)
     assert abs(odd - 0.5) < 5 * 0.5 / math.sqrt(m)
+
+
+def test_the_largest_uniform_never_draws_a_token_of_probability_zero():
+    # u = 1 - 2^-46 times the total can round up to the total; with the last block all zeros (a tail that
+    # underflowed) the draw must still be a token of positive probability: the last one of the last block with mass
+    rng = np.random.default_rng(9)
+    p = np.zeros((20_000, 64), np.float32)
+    p[:, :32] = rng.random((20_000, 32)) ** 3
+    u = (jnp.float32(1 - 2.0**-23), jnp.float32((1 - 2.0**-23) * 2.0**-23))
+    got = np.asarray(jax.jit(jax.vmap(draw_at, in_axes=(0, None)))(jnp.asarray(p), u))
+    assert np.all(p[np.arange(p.shape[0]), got] > 0)

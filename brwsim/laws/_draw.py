@@ -19,7 +19,8 @@ sum over V terms is off by ulps that grow with V. Here every quantity is a
 - ``u`` times the total is formed from 12-bit halves (every partial product
   exact in float32);
 - the search compares double-floats by the sign of their difference, its
-  leading part exact.
+  leading part exact; a target rounded up to the total takes the last token
+  of positive mass.
 
 The law drawn from is then the float32 probabilities themselves, each token's
 rate within about 2^-44 of the total of its own (below any Monte Carlo
@@ -111,7 +112,7 @@ def times(u, total):
 def count_at_most(s: jax.Array, lo: jax.Array, target) -> jax.Array:
     """How many of the non-decreasing double-floats ``s + lo`` (one axis) are <= the double-float ``target``:
     the index of the first one above it (``searchsorted(..., side="right")``), by binary search on the sign of
-    each exact difference."""
+    each difference (its leading part exact by TwoSum, the rest rounded at about 2^-48 of the values)."""
     th, tl = target
     n = s.shape[-1]
 
@@ -126,16 +127,21 @@ def count_at_most(s: jax.Array, lo: jax.Array, target) -> jax.Array:
         go = first < last
         return jnp.where(go & ~up, mid + 1, first), jnp.where(go & up, mid, last)
 
+    # a known few steps: unrolled on an accelerator (no loop of tiny kernels to launch), a loop on the CPU (half
+    # the compile time); the same operations either way
+    unroll = jax.default_backend() != "cpu"
     steps = max(1, int(n).bit_length())
-    first, _ = jax.lax.fori_loop(0, steps, body, (jnp.int32(0), jnp.int32(n)))
+    first, _ = jax.lax.fori_loop(0, steps, body, (jnp.int32(0), jnp.int32(n)), unroll=unroll)
     return first
 
 
-def _block_prefix(q: jax.Array, B: int) -> tuple[jax.Array, jax.Array]:
-    """Inclusive double-float prefix sums of the block sums of ``q``."""
+def _block_prefix(q: jax.Array, B: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Inclusive double-float prefix sums of the block sums of ``q``, and the index of its last block of positive
+    mass."""
     hi, lo = block_sums(q, B)
     s, s_lo = prefix_sums(hi)
-    return _add((s, s_lo), (jnp.cumsum(lo), jnp.zeros_like(lo)))  # the lo parts: |lo| <= ulp(hi) / 2 each
+    last = hi.shape[0] - 1 - jnp.argmax(hi[::-1] > 0)
+    return *_add((s, s_lo), (jnp.cumsum(lo), jnp.zeros_like(lo))), last  # the lo parts: |lo| <= ulp(hi) / 2 each
 
 
 def block_size(V: int) -> int:
@@ -148,13 +154,19 @@ def draw_index(p: jax.Array, key) -> jax.Array:
     probability ``p_i / sum(p)`` to about 2^-45 of the total per token (module docstring), in two levels: the
     block of :func:`block_size` entries by its double-float sum (a reduction, O(V)), then the token inside it
     (a double-float prefix sum of that block alone); no prefix sum over all V entries."""
+    return draw_at(p, uniform46(key))
+
+
+def draw_at(p: jax.Array, u) -> jax.Array:
+    """:func:`draw_index` at the double-float uniform ``u`` (from :func:`uniform46`)."""
     V = p.shape[-1]
     B = block_size(V)
     n = -(-V // B)
     q = jnp.pad(p, (0, n * B - V))
-    c_hi, c_lo = _block_prefix(q, B)  # inclusive prefix sums of the block sums
-    t = times(uniform46(key), (c_hi[-1], c_lo[-1]))
-    b = jnp.minimum(count_at_most(c_hi, c_lo, t), n - 1)
+    c_hi, c_lo, last_block = _block_prefix(q, B)  # inclusive prefix sums of the block sums
+    t = times(u, (c_hi[-1], c_lo[-1]))
+    # u * total may round up to the total (u = 1 - 2^-46): then the last block that has mass, never a zero block
+    b = jnp.minimum(count_at_most(c_hi, c_lo, t), last_block)
     # the target's offset inside block b: t minus the mass of the blocks before it
     before = (jnp.where(b > 0, c_hi[b - 1], 0.0), jnp.where(b > 0, c_lo[b - 1], 0.0))
     inner = _add(t, (-before[0], -before[1]))
@@ -180,6 +192,7 @@ __all__ = [
     "block_sums",
     "block_size",
     "count_at_most",
+    "draw_at",
     "draw_index",
     "host_cdf",
     "prefix_sums",

@@ -69,7 +69,8 @@ def _init_states(law: Law, base_key, walk_idx):
 
 BLOCK = 32  # depths a call for an i.i.d. law with a cheap step
 POINTS_MAX = 2**22  # walks x steps of one run of walks, by default: 512 steps of 8192 walks, about 0.7 GB at most
-COSTLY_STEP_BYTES = 2**28  # an O(V) step's rows (about 32 bytes a token and walk) per call: 256 MB at most
+COSTLY_STEP_BYTES = 2**28  # an O(V) step's rows per call: 256 MB at most
+COSTLY_STEP_ROW = 48  # bytes a token and walk of an O(V) step (measured: up to 42 for a Dirichlet step with ranks)
 
 
 def _bucket(n: int, walks: int) -> int:
@@ -141,7 +142,9 @@ class _Stepper:
         COSTLY_STEP_BYTES of rows (bounded memory at any V)."""
         if not self.subs[si].costly_spine_step(self.need_rank):
             return self.walks
-        return min(_bucket(every.size, self.walks), max(1, COSTLY_STEP_BYTES // (32 * self.subs[si].vocab)))
+        return min(
+            _bucket(every.size, self.walks), max(1, COSTLY_STEP_BYTES // (COSTLY_STEP_ROW * self.subs[si].vocab))
+        )
 
     def _markov(self, d: int, state: np.ndarray, active: np.ndarray):
         out = np.full((3, self.walks), np.nan)
@@ -182,7 +185,7 @@ class _Stepper:
             costly = self.subs[si].costly_spine_step(self.need_rank)
             B = _bucket(every.size, self.walks) if costly else self.walks
             if costly:
-                B = min(B, max(1, COSTLY_STEP_BYTES // (32 * self.subs[si].vocab)))
+                B = min(B, max(1, COSTLY_STEP_BYTES // (COSTLY_STEP_ROW * self.subs[si].vocab)))
             for lo in range(0, every.size, B):
                 sel = every[lo : lo + B]
                 pad = np.zeros(B, np.uint32)
