@@ -260,3 +260,26 @@ def test_the_loop_drafts_from_the_drafters_own_distribution_on_the_text(tiny, dr
             got = np.asarray(session.ctx.logprobs(prefixes))
             want = np.asarray(d.context(text).logprobs(prefixes))
             np.testing.assert_allclose(got, want, atol=2e-4, err_msg=f"{d.name} after {len(text)} tokens")
+
+
+def test_the_loop_hands_the_head_the_targets_features_of_the_text(tiny, drafters, monkeypatch):
+    # the verifier's pass gives the head the target's features of the tokens it appends (the token before each);
+    # they must be the features of the same positions in one pass over the whole text
+    from brwsim.llm.specdec import _draft, speculative_generate
+
+    head = drafters[-1]
+    seen = []
+    advance = _draft.HeadChain.advance
+
+    def recording(self, tokens, features):
+        seen.append((list(tokens), features.clone(), self.n))
+        return advance(self, tokens, features)
+
+    monkeypatch.setattr(_draft.HeadChain, "advance", recording)
+    prompt = PROMPTS[0]
+    g = speculative_generate(tiny, head, prompt, 24, 4, 1.0, 3)
+    text = list(prompt) + g.tokens
+    full = head.prompt_features(text + [0]).float().numpy()  # row i: the feature at text position i
+    assert seen
+    for tokens, features, n in seen:  # the chain held n tokens before these
+        np.testing.assert_allclose(features.numpy(), full[n - 1 : n - 1 + len(tokens)], atol=1e-4)
