@@ -57,7 +57,11 @@ def uniform46(key):
 def _add(a, b):
     """Double-float addition, normalised (|lo| <= ulp(hi) / 2): exact to about 2^-47 of the sum."""
     s, e = two_sum(a[0], b[0])
-    e = e + (a[1] + b[1])
+    return _normalised(s, e + (a[1] + b[1]))
+
+
+def _normalised(s, e):
+    """The double-float ``s + e`` with ``|lo| <= ulp(hi) / 2`` (Dekker's fast TwoSum, ``|e|`` below ``|s|``)."""
     h = s + e
     return h, e - (h - s)
 
@@ -104,9 +108,7 @@ def times(u, total):
     s, e1 = two_sum(a1 * b1, a1 * b2)
     s, e2 = two_sum(s, a2 * b1)
     s, e3 = two_sum(s, a2 * b2)
-    lo = ((e1 + e2) + e3) + (u2 * t + u1 * tl)
-    hi = s + lo
-    return hi, lo - (hi - s)
+    return _normalised(s, ((e1 + e2) + e3) + (u2 * t + u1 * tl))
 
 
 def count_at_most(s: jax.Array, lo: jax.Array, target) -> jax.Array:
