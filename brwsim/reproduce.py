@@ -37,12 +37,13 @@ EXPERIMENTS = [  # in running order: entropy_table reads the real-model rows rea
     "spec_sampling",
     "drafter_gap",
     "real_drafters",
-    "speedup",  # reads the rows real_model and real_drafters write
+    "continuation",
+    "speedup",  # reads the rows real_model, real_drafters and continuation write
 ]
 SEED_MAX = 2**32 - 1  # the experiments' runs take seeds of 32 bits (brwsim.simulate's range)
 # the experiments whose work grows with prompts: they take --budget-seconds (no prompt started after it; the rows
 # carry the prompt counts actually scored)
-BUDGETED = ("real_model", "real_drafters")
+BUDGETED = ("real_model", "real_drafters", "continuation")
 
 
 def _available(names):

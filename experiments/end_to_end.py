@@ -6,8 +6,10 @@ experiments/real_drafters.py's ``layerskip:auto,n=8`` choice, layers 13-20
 skipped, saved as its own transformers directory) and every task (HumanEval
 code, pydoc prose, ShareGPT chat), at two budgets: the P the planner picks for
 that drafter and task (the best P of its speedup table on this CPU,
-experiments/speedup.py's ``drafter_tables``: E[X] from the real-drafters rows
-with the builder fixed in advance, t_verify measured here, and the drafter's
+experiments/speedup.py's ``drafter_tables``: E[X] of the builder fixed in
+advance along the target's own continuations of the planner's prompts
+(experiments.continuation; else at the prompts' end, the real-drafters rows),
+t_verify measured here at the nodes it drafts, and the drafter's
 drafting per call measured here in speculative decoding at every budget of the
 grid, on calibration prompts of the real-drafters run: its passes per call at
 their own row counts and its host work, as a fraction of the plain step) and
@@ -30,7 +32,7 @@ tokens per second of the two plain runs around it (paired, on the same
 prompt); measured = the mean of these ratios over prompts, with its Student t
 95% half-width. The prefill of the prompt (the target's and the drafter's) is
 not timed. Predicted = the planner's speedup at the same drafter, task and P,
-and its 95% half-width (E[X] over the real-drafters run's prompts; timing
+and its 95% half-width (E[X]'s over the planner's prompts; timing
 spreads).
 
 Run it alone on one pinned core: ``taskset -c 1 python -m experiments.end_to_end``

@@ -34,6 +34,13 @@ its KV cache, its FLOPs) at its measured rows per pass
 interleaved with the target's step) is kept in rows ``draft_pass_seconds``
 for comparison and for the early-exit drafters. Where the best P is the largest
 budget whose E[X] was measured, the row says "at least P, still rising".
+The real drafters' tables (and the oracle's beside them) read E[X] along the
+target's own continuations (experiments.continuation: each drafter's fixed
+builder valued at offsets 0, 32, 64, 96 of a sampled continuation of the
+planner's prompts, where a generation calls the target) when those rows exist,
+else the real-drafters rows at the prompts' end; the verifier is charged at
+the nodes a drafter drafts per call (a proposer's tree is often smaller than
+P: the weighted mean of t_verify over those counts).
 Writes results/speedup.{csv,jsonl}, results/speedup_cpu_cost.csv and
 figures/speedup.{png,pdf}. ``--quick``: fewer budgets and repeats for the CPU
 timing (seconds).
@@ -366,7 +373,7 @@ def drafter_tables(params: dict, cpu, costs: dict, calls: dict | None = None) ->
     same prompts), with each drafter's draft cost (``costs``: :func:`all_costs`; ``calls``: :func:`drafter_calls`,
     per call as the builder spends it, where given): measured here on the CPU, derived on the h100 roofline; where
     the best is the largest P measured, at least that P."""
-    rows = _read("real_drafters")
+    rows, along = _read("real_drafters"), _read("continuation")
     names = list(dict.fromkeys(r["drafter"] for r in rows if r.get("drafter")))
     if not names:
         return []
@@ -374,19 +381,40 @@ def drafter_tables(params: dict, cpu, costs: dict, calls: dict | None = None) ->
     P_max, out = max(params["P"]), []
     for label in dict.fromkeys(r["law"] for r in rows if r["statistic"] == "oracle"):
         task = label.split("/")[-1]
-        oracle = _ex(rows, label, "oracle", P_max=P_max)
+        src, where = ex_source(rows, along, label)
+        oracle = _ex(src, label, "oracle", P_max=P_max)
         for panel, cost in (("cpu", cpu), (GPU, h100)):
-            oracle_t = speedup_table(oracle, cost)
+            oracle_t = speedup_table(oracle, cost, source=where(None))
             out.append((panel, task, "oracle (speed of light)", fixed_grid([oracle_t], MEASURED_UP_TO)[0]))
             for name in names:
                 if name not in costs:  # a caller that timed only some drafters (experiments.end_to_end --drafters)
                     continue
-                ex = _drafter_ex(rows, label, name, P_max)
+                ex = _drafter_ex(src, label, name, P_max)
                 if ex:
                     dc = _draft_cost(costs[name], panel, cost.t_verify(0), (calls or {}).get(name))
-                    t = speedup_table(ex, cost, dc, drafter=name)
+                    t = speedup_table(ex, cost, dc, drafter=name, source=where(name), drafted=drafted(src, label, name))
                     out.append((panel, task, name, fixed_grid([t], MEASURED_UP_TO)[0]))
     return out
+
+
+def ex_source(rows: list[dict], along: list[dict], label: str):
+    """(the rows E[X] is read from, ``where(drafter)``: a line saying where): the values along the target's own
+    continuations (experiments.continuation: where a generation calls the target) when they cover this task,
+    else the values at the prompts' end (experiments.real_drafters)."""
+    sel = [r for r in along if r["law"] == label]
+    if sel:
+        n = max(r["trees"] for r in sel)
+        offsets = sel[0].get("offsets")
+        return sel, lambda name: f"E[X] along the target's continuations, offsets {offsets}, {n} prompts"
+    n = max((r["trees"] for r in rows if r["law"] == label and r["statistic"] == "oracle"), default=0)
+    return rows, lambda name: f"E[X] at the prompts' end, {n} prompts"
+
+
+def drafted(rows: list[dict], label: str, name: str) -> dict | None:
+    """{P: ((nodes, weight), ...)}: the nodes the drafter drafts per call at each budget, where the rows have them
+    (the continuation rows' ``drafted_nodes``: a proposer's tree can be smaller than P), else None."""
+    sel = [r for r in rows if r["law"] == label and r.get("drafter") == name and r["statistic"] == "drafted_nodes"]
+    return {r["P"]: tuple((int(n), float(w)) for n, w in r["distribution"]) for r in sel} or None
 
 
 def row_drafters() -> list[str]:
@@ -536,16 +564,16 @@ def main(argv=None) -> dict:
     cost = next(c[2].cost for c in curves if c[0] == "cpu")
     calls = drafter_calls(params, row_drafters())
     dt = drafter_tables(params, cost, costs, calls)
-    counts = {r["law"].split("/")[-1]: r["trees"] for r in _read("real_drafters") if r["statistic"] == "oracle"}
     for panel, task, name, t in dt:
         b = t.best
         rows.append(common.row(f"{MODEL}/{task}", b.P, "drafter_best_speedup", b.speedup, b.speedup_ci95, 0,
                                params["seed"], panel=panel, drafter=name, t_pass=t.draft.t_pass,
                                t_draft=b.t_draft, draft_cost=t.draft.kind, ex=b.ex, at_edge=t.at_edge(),
-                               best=t.best_text()))  # fmt: skip
-        lines.append(f"{panel} {task} {name}: best {t.best_text()}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
-                     f"(estimate; drafting {1e3 * b.t_draft:.3g} ms a call there, {t.draft.kind}; E[X] over the "
-                     f"real-drafters run's {counts.get(task, '?')} prompts)")  # fmt: skip
+                               best=t.best_text(), ex_source=t.source, t_verify=b.t_verify))  # fmt: skip
+        lines.append(
+            f"{panel} {task} {name}: best {t.best_text()}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
+            f"(estimate; drafting {1e3 * b.t_draft:.3g} ms a call there, {t.draft.kind}; {t.source})"
+        )
     rows += cost_rows(costs, params) + call_rows(calls, params)
     figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []
     common.write_rows(NAME, rows)

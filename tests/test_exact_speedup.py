@@ -110,6 +110,18 @@ def test_speedup_rows_by_hand():
     assert d["best"]["P"] == 4 and d["near_best_P"] == [4, 8] and d["best"]["at_edge"] is False
 
 
+def test_a_drafter_that_drafts_fewer_nodes_is_charged_the_verifier_at_those_nodes():
+    # at P = 4 half the calls draft 2 nodes and half 4: t = (t(2) + t(4)) / 2 = (1.25 + 1.5) / 2; at P = 8 a
+    # single count of 3 nodes: t(3) interpolated, 1.375; P = 2 is not in the map: t(2)
+    drafted = {4: ((2, 0.5), (4, 0.5)), 8: ((3, 1.0),)}
+    t = speedup_table([(2, 1.0, 0.1), (4, 2.0, 0.2), (8, 2.5, 0.3)], COST, drafted=drafted)
+    assert [r.t_verify for r in t.rows] == pytest.approx([1.0, 1.25, 1.375, 1.375])
+    assert [r.speedup for r in t.rows] == pytest.approx([1.0, 2 / 1.25, 3 / 1.375, 3.5 / 1.375])
+    for bad in ({4: ((5, 1.0),)}, {4: ((2, -1.0), (4, 2.0))}, {4: ((2, 0.0),)}):
+        with pytest.raises(BrwsimError, match="nodes drafted at P = 4"):
+            speedup_table([(4, 2.0, 0.2)], COST, drafted=bad)
+
+
 def test_ties_go_to_the_smaller_budget_and_touching_intervals_are_near():
     flat = TableCost({0: 1.0, 2: 1.0, 4: 1.0, 8: 1.0})
     t = speedup_table([(2, 1.0, 0.25), (4, 1.5, 0.25), (8, 1.5, 0.25)], flat)

@@ -169,7 +169,7 @@ def test_reproduce_budget_reaches_the_prompt_experiments_only(out, monkeypatch):
     assert seen["real_drafters"] == ["--seed", "0", "--quick", "--budget-seconds", "0.0"]
     assert seen["collapse"] == ["--seed", "0", "--quick"]
     assert "command `brwsim reproduce --quick --budget-seconds 0`" in text
-    assert set(reproduce.BUDGETED) == {"real_model", "real_drafters"}
+    assert set(reproduce.BUDGETED) == {"real_model", "real_drafters", "continuation"}
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(BrwsimError, match="--budget-seconds must be a finite number >= 0"):
             reproduce.run(quick=True, only=["collapse"], budget_seconds=bad)

@@ -107,8 +107,13 @@ def speedup_table(
     draft: DraftCost = ORACLE,
     drafter: str = "oracle",
     source: str = "",
+    drafted: Mapping[int, Sequence[tuple[int, float]]] | None = None,
 ) -> SpeedupTable:
-    """The table for E[X] given as ``(P, mean, ci95)`` triples (P >= 1; the P = 0 row is added: E[X] = 0)."""
+    """The table for E[X] given as ``(P, mean, ci95)`` triples (P >= 1; the P = 0 row is added: E[X] = 0).
+
+    ``drafted[P]``: the nodes a drafter drafts per call at budget P, as ``(nodes, weight)`` pairs whose weights
+    sum to 1 (a proposer's tree can be smaller than P); the verifier is then charged the weighted mean of
+    t_verify(nodes) instead of t_verify(P). A budget missing from it is charged t_verify(P)."""
     # a half-width read back from strict JSON is null (None) where it is undefined (one prompt)
     pts = sorted((int(P), float(m), math.nan if c is None else float(c)) for P, m, c in ex)
     if not pts:
@@ -120,11 +125,21 @@ def speedup_table(
         raise BrwsimError(f"the cost model ({cost.label}) gives t_verify(0) = {t0!r} s; it must be positive and finite")
     rows = [SpeedupRow(0, 0.0, 0.0, t0, 0.0, 1.0, 0.0, cost.spread(0))]
     for P, m, c in pts:
-        tv, td = cost.t_verify(P), draft.t_draft(P)
+        tv, td = _verify_time(cost, P, (drafted or {}).get(P)), draft.t_draft(P)
         ratio = t0 / (tv + td)
         c = 0.0 if math.isnan(c) else c
         rows.append(SpeedupRow(P, m, c, tv, td, (m + 1.0) * ratio, c * ratio, cost.spread(P)))
     return SpeedupTable(rows, cost, draft, drafter, source)
+
+
+def _verify_time(cost: VerifyCost, P: int, nodes: Sequence[tuple[int, float]] | None) -> float:
+    """t_verify(P), or the weighted mean of t_verify(n) over the nodes drafted per call at P."""
+    if not nodes:
+        return cost.t_verify(P)
+    total = sum(w for _, w in nodes)
+    if not (total > 0 and all(0 <= n <= P and w >= 0 for n, w in nodes)):
+        raise BrwsimError(f"nodes drafted at P = {P} must be counts in 0..{P} with non-negative weights, got {nodes}")
+    return sum(w * cost.t_verify(int(n)) for n, w in nodes) / total
 
 
 def from_simulation(res: SimulationResult, cost: VerifyCost, draft: DraftCost = ORACLE) -> SpeedupTable:

@@ -1,0 +1,70 @@
+"""experiments/continuation.py's rows (E[X] along the target's own continuations) and how the planner reads them:
+means over each prompt's offsets then over prompts, the nodes a proposer drafts, and the planner's source."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from brwsim.speedup import TableCost
+
+TASK = "humaneval"
+LABEL = f"smollm2-135m/{TASK}"
+
+
+def _points():
+    # two prompts, offsets 0 and 8, P_max 4: the oracle, a drafter with a q (always 4 nodes) and a proposer whose
+    # trees have 1, 4, 0 and 2 nodes
+    def point(pid, oracle, lookup, sizes):
+        values = {str(k): {"oracle": oracle[i], "layerskip:skip=14-17": [x / 2 for x in oracle[i]],
+                           "lookup:n=3": lookup[i]} for i, k in enumerate((0, 8))}  # fmt: skip
+        sz = {str(k): {"layerskip:skip=14-17": 4, "lookup:n=3": sizes[i]} for i, k in enumerate((0, 8))}
+        return {"task": TASK, "id": pid, "values": values, "sizes": sz, "seconds": 1.0}
+
+    return [
+        point("a", [[0.5, 0.9, 1.2, 1.4], [0.7, 1.1, 1.5, 1.8]], [[0.3] * 4, [0.2, 0.3, 0.35, 0.4]], [1, 4]),
+        point("b", [[0.4, 0.8, 1.0, 1.3], [0.6, 1.0, 1.3, 1.6]], [[0.0] * 4, [0.5, 0.6, 0.6, 0.6]], [0, 2]),
+    ]
+
+
+def _params():
+    return dict(model="smollm2-135m", tasks=[TASK], seed=0, P_max=4, offsets=[0, 8])
+
+
+def test_rows_are_means_over_offsets_then_prompts_with_the_drafted_nodes():
+    from brwsim._stats import mean_ci95
+    from experiments.continuation import aggregate, budgets
+
+    assert budgets(64) == [1, 2, 4, 8, 16, 32, 64] and budgets(5) == [1, 2, 4]
+    rows = aggregate(_params(), _points())
+    get = {(r["statistic"], r.get("drafter"), r["P"]): r for r in rows}
+    o = get[("oracle", None, 2)]
+    m, c = mean_ci95([(0.9 + 1.1) / 2, (0.8 + 1.0) / 2])
+    assert (o["mean"], o["ci95"], o["trees"]) == (pytest.approx(m), pytest.approx(c), 2)
+    assert get[("fixed", "lookup:n=3", 4)]["mean"] == pytest.approx(((0.3 + 0.4) / 2 + (0.0 + 0.6) / 2) / 2)
+    assert get[("fixed", "layerskip:skip=14-17", 1)]["mean"] == pytest.approx(np.mean([0.25, 0.35, 0.2, 0.3]))
+    # at P = 2 the proposer drafts min(2, size) of 1, 4, 0, 2 nodes: 1, 2, 0, 2
+    d = get[("drafted_nodes", "lookup:n=3", 2)]
+    assert d["distribution"] == [[0, 0.25], [1, 0.25], [2, 0.5]] and d["mean"] == pytest.approx(1.25)
+    assert get[("drafted_nodes", "layerskip:skip=14-17", 4)]["distribution"] == [[4, 1.0]]
+    # the value at the prompt's end (offset 0) beside, only at the table's budgets
+    assert get[("fixed_at_prompt_end", "lookup:n=3", 4)]["mean"] == pytest.approx(0.15)
+    assert ("fixed_at_prompt_end", "lookup:n=3", 2) not in get
+
+
+def test_the_planner_reads_the_continuation_and_charges_the_nodes_drafted():
+    from experiments import speedup
+    from experiments.continuation import aggregate
+
+    along = aggregate(_params(), _points())
+    end = [{"law": LABEL, "statistic": "oracle", "P": 1, "trees": 64, "mean": 0.5, "ci95": 0.1}]
+    src, where = speedup.ex_source(end, along, LABEL)
+    assert src is not end and "along the target's continuations, offsets [0, 8], 2 prompts" in where("x")
+    src, where = speedup.ex_source(end, [], LABEL)
+    assert src is end and where(None) == "E[X] at the prompts' end, 64 prompts"
+    nodes = speedup.drafted(along, LABEL, "lookup:n=3")
+    assert nodes[2] == ((0, 0.25), (1, 0.25), (2, 0.5))
+    cost = TableCost({0: 1.0, 1: 1.1, 2: 1.2, 4: 1.4})
+    t = speedup.speedup_table(speedup._drafter_ex(along, LABEL, "lookup:n=3", 4), cost, drafted=nodes)
+    assert t.rows[2].t_verify == pytest.approx(0.25 * 1.0 + 0.25 * 1.1 + 0.5 * 1.2)
+    assert speedup.drafted(along, LABEL, "absent") is None
