@@ -40,7 +40,12 @@ builder valued at offsets 0, 32, 64, 96 of a sampled continuation of the
 planner's prompts, where a generation calls the target) when those rows exist,
 else the real-drafters rows at the prompts' end; the verifier is charged at
 the nodes a drafter drafts per call (a proposer's tree is often smaller than
-P: the weighted mean of t_verify over those counts).
+P: the weighted mean of t_verify over those counts). On this CPU, where the
+calibration kept the verifying seconds per call of the loop (the target's
+pass on the drafted nodes and the tree's verification on the host), the
+drafters' tables charge that, averaged over the model drafters (which draft
+P nodes a call), instead of the pass timed alone; the oracle keeps the pass
+timed alone (a verifier with no host work).
 Writes results/speedup.{csv,jsonl}, results/speedup_cpu_cost.csv and
 figures/speedup.{png,pdf}. ``--quick``: fewer budgets and repeats for the CPU
 timing (seconds).
@@ -386,15 +391,38 @@ def drafter_tables(params: dict, cpu, costs: dict, calls: dict | None = None) ->
         for panel, cost in (("cpu", cpu), (GPU, h100)):
             oracle_t = speedup_table(oracle, cost, source=where(None))
             out.append((panel, task, "oracle (speed of light)", fixed_grid([oracle_t], MEASURED_UP_TO)[0]))
+            vcost = (loop_verify_cost(calls, cost.t_verify(0)) if panel == "cpu" else None) or cost
             for name in names:
                 if name not in costs:  # a caller that timed only some drafters (experiments.end_to_end --drafters)
                     continue
                 ex = _drafter_ex(src, label, name, P_max)
                 if ex:
                     dc = _draft_cost(costs[name], panel, cost.t_verify(0), (calls or {}).get(name))
-                    t = speedup_table(ex, cost, dc, drafter=name, source=where(name), drafted=drafted(src, label, name))
+                    nodes = drafted(src, label, name)
+                    t = speedup_table(ex, vcost, dc, drafter=name, source=where(name), drafted=nodes)
                     out.append((panel, task, name, fixed_grid([t], MEASURED_UP_TO)[0]))
     return out
+
+
+def _full_trees(r) -> bool:
+    """Whether a calibration's drafter drafted P nodes a call at every budget (a model drafter does)."""
+    return all(abs(d - P) < 0.5 for P, d in zip(r.P, r.drafted, strict=True))
+
+
+def loop_verify_cost(calls: dict | None, t0: float):
+    """t_verify(n) as the generation loop spends it on n drafted nodes (the target's pass and the tree's
+    verification on the host), in a table whose plain step is ``t0``: at each budget, the mean over the model
+    drafters' calibrations (:func:`drafter_calls`; they draft exactly P nodes a call) of the verifying seconds per
+    call over the plain step; None when no calibration kept it (the pass timed alone is then charged)."""
+    from brwsim.speedup import DraftCalls, TableCost
+
+    recs = [DraftCalls.from_dict({k: v for k, v in c.items() if k != "spec"}) for c in (calls or {}).values()]
+    full = [r for r in recs if r.verify is not None and r.drafted is not None and _full_trees(r)]
+    if not full:
+        return None
+    Ps = sorted(set.intersection(*(set(r.P) for r in full)))
+    pts = {0: t0} | {P: t0 * statistics.fmean(r.verify[r.P.index(P)] for r in full) for P in Ps}
+    return TableCost(pts, "measured", f"verifying per call in speculative decoding here ({len(full)} drafters' loops)")
 
 
 def ex_source(rows: list[dict], along: list[dict], label: str):

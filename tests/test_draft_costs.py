@@ -539,6 +539,12 @@ def test_draft_calls_give_the_tables_step_times_the_fraction_and_the_roofline_it
     assert cost.per_call == ((1, 0.5), (8, 3.0)) and cost.per_call_ci95 == ((1, 0.1), (8, None))
     assert cost.t_draft(8) == 3.0 and cost.n_passes(8) == 5.0 and cost.repeats == 3 and cost.kind == "measured"
     assert DraftCalls.from_dict(json.loads(json.dumps(dc.to_dict()))) == dc
+    assert dc.verify is None and dc.verify_cost(2.0) is None  # a record made before the loop's verify was kept
+    full = DraftCalls("toy", (1, 8), (0.25, 1.5), (0.05, None), (0.02, 0.12), (2.0, 5.0), (1.5, 4.0), 0.08, 3, 24,
+                      (1.5, 2.0), (0.1, None), (1.0, 6.5))  # fmt: skip
+    assert DraftCalls.from_dict(json.loads(json.dumps(full.to_dict()))) == full
+    vc = full.verify_cost(2.0)  # 1.5 and 2.0 steps of 2 s at P = 1 and 8, linear between
+    assert vc.t_verify(8) == 4.0 and vc.t_verify(4) == pytest.approx(3.0 + 3 / 7)
     shape = ModelShape("toy", params=1000.0, layers=2, kv_heads=1, head_dim=4, attn_dim=8)
     fp = PassFootprint(((1000.0, None),), shape.kv_values_per_token(), 2, 8)
     roof = RooflineCost(HW, shape, 2.0, 9)
@@ -562,7 +568,8 @@ def test_measure_draft_calls_pairs_each_budget_with_the_plain_runs_around_it(mon
 
     def specgen(target, drafter, ids, n, P, T, rng):
         s, k = next(spec)
-        return SimpleNamespace(draft_seconds=s * 2, calls=2, draft_passes=2 * k, draft_rows=8 * k)
+        return SimpleNamespace(draft_seconds=s * 2, calls=2, draft_passes=2 * k, draft_rows=8 * k,
+                               verify_seconds=3 * s * 2, drafted=[P, P - 1])  # fmt: skip
 
     monkeypatch.setattr(specdec, "plain_generate", plain)
     monkeypatch.setattr(specdec, "speculative_generate", specgen)
@@ -574,6 +581,12 @@ def test_measure_draft_calls_pairs_each_budget_with_the_plain_runs_around_it(mon
         t95(2) * np.std(f[2], ddof=1) / np.sqrt(2)
     )
     assert dc.passes == (2.0, 3.0, 6.0) and dc.rows == (4.0, 4.0, 4.0)
+    # verifying: three times the drafting seconds a call here, over the same plain steps; nodes drafted P - 1/2
+    assert dc.verify == pytest.approx(tuple(3 * np.mean(f[P]) for P in (1, 2, 4)))
+    assert dc.verify_ci95[1] == pytest.approx(3 * t95(2) * np.std(f[2], ddof=1) / np.sqrt(2))
+    assert dc.drafted == (0.5, 1.5, 3.5)
+    vc = dc.verify_cost(2.0)
+    assert vc.t_verify(0) == 2.0 and vc.t_verify(2) == pytest.approx(2.0 * 3 * np.mean(f[2]))
     assert dc.t_step == pytest.approx(np.mean([1.0, 3.0, 2.0, 1.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match="budgets must be >= 1"):
         measure_draft_calls(SimpleNamespace(name="toy"), None, [[1]], [0, 1])

@@ -33,7 +33,10 @@ class DraftCalls:
     around it; ``fraction_ci95[i]`` its Student t 95% half-width, None for one prompt), ``seconds[i]`` (mean
     drafting seconds per call), ``passes[i]`` (mean drafter passes per call, the prompt's prefill apart) and
     ``rows[i]`` (mean rows per pass; 0 where the draft context does not count them). ``t_step``: the mean plain
-    step; ``prompts``, ``new_tokens``: the calibration run's size."""
+    step; ``prompts``, ``new_tokens``: the calibration run's size. ``verify[i]`` and ``verify_ci95[i]``: the
+    verifying seconds per call in the same loop over the plain step (the target's pass on the drafted nodes and
+    the tree's verification on the host) and its half-width; ``drafted[i]``: mean nodes drafted per call (None
+    in a record made before they were kept)."""
 
     name: str
     P: tuple[int, ...]
@@ -45,6 +48,20 @@ class DraftCalls:
     t_step: float
     prompts: int
     new_tokens: int
+    verify: tuple[float, ...] | None = None
+    verify_ci95: tuple[float | None, ...] | None = None
+    drafted: tuple[float, ...] | None = None
+
+    def verify_cost(self, t0: float, label: str = ""):
+        """t_verify(P) as the loop spends it for this drafter, in a table whose plain step is ``t0``: a
+        :class:`~brwsim.speedup.TableCost` of t0 at P = 0 and ``verify[i] x t0`` at each budget (None in a record
+        without it)."""
+        from ._costs import TableCost
+
+        if self.verify is None:
+            return None
+        pts = {0: t0} | {P: f * t0 for P, f in zip(self.P, self.verify, strict=True)}
+        return TableCost(pts, "measured", label or f"{self.name}: verifying per call in speculative decoding here")
 
     def cost(self, t0: float) -> DraftCost:
         """The per-call :class:`DraftCost` in a table whose plain step is ``t0`` seconds (fraction x t0)."""
@@ -84,8 +101,8 @@ class DraftCalls:
 
     @classmethod
     def from_dict(cls, d: dict) -> DraftCalls:
-        tup = ("P", "fraction", "fraction_ci95", "seconds", "passes", "rows")
-        return cls(**{k: tuple(v) if k in tup else v for k, v in d.items()})
+        tup = ("P", "fraction", "fraction_ci95", "seconds", "passes", "rows", "verify", "verify_ci95", "drafted")
+        return cls(**{k: tuple(v) if k in tup and v is not None else v for k, v in d.items()})
 
 
 def measure_draft_calls(
@@ -105,7 +122,7 @@ def measure_draft_calls(
     Ps = [int(P) for P in P_list]
     if not Ps or min(Ps) < 1:
         raise ValueError("measure_draft_calls: budgets must be >= 1")
-    got: dict[int, list[tuple[float, float, float, float]]] = {P: [] for P in Ps}
+    got: dict[int, list[tuple[float, ...]]] = {P: [] for P in Ps}
     steps: list[float] = []
     for i, ids in enumerate(prompts):
         ids = [int(t) for t in ids]
@@ -121,14 +138,16 @@ def measure_draft_calls(
             rng = np.random.default_rng([seed, i, j + 1])
             g = specdec.speculative_generate(target, drafter, ids, new_tokens, P, T, rng)
             per_pass = g.draft_rows / g.draft_passes if g.draft_passes else 0.0
-            pending.append((P, g.draft_seconds / g.calls, g.draft_passes / g.calls, per_pass))
+            v, nodes = g.verify_seconds / g.calls, float(np.mean(g.drafted))
+            pending.append((P, g.draft_seconds / g.calls, g.draft_passes / g.calls, per_pass, v, nodes))
             if j % 2 == 1 or j == len(Ps) - 1:
                 after = plain()
                 step = 0.5 * (before + after)
-                for P_, s, n, r in pending:
-                    got[P_].append((s / step, s, n, r))
+                for P_, s, n, r, v, nodes in pending:
+                    got[P_].append((s / step, s, n, r, v / step, nodes))
                 before, pending = after, []
     fr = [mean_ci95([x[0] for x in got[P]]) for P in Ps]
+    vf = [mean_ci95([x[4] for x in got[P]]) for P in Ps]
     return DraftCalls(
         name=name or getattr(drafter, "name", "drafter"),
         P=tuple(Ps),
@@ -140,4 +159,7 @@ def measure_draft_calls(
         t_step=float(np.mean(steps)),
         prompts=len(prompts),
         new_tokens=int(new_tokens),
+        verify=tuple(m for m, _ in vf),
+        verify_ci95=tuple(c if len(prompts) > 1 else None for _, c in vf),
+        drafted=tuple(float(np.mean([x[5] for x in got[P]])) for P in Ps),
     )

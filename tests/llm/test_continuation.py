@@ -68,3 +68,22 @@ def test_the_planner_reads_the_continuation_and_charges_the_nodes_drafted():
     t = speedup.speedup_table(speedup._drafter_ex(along, LABEL, "lookup:n=3", 4), cost, drafted=nodes)
     assert t.rows[2].t_verify == pytest.approx(0.25 * 1.0 + 0.25 * 1.1 + 0.5 * 1.2)
     assert speedup.drafted(along, LABEL, "absent") is None
+
+
+def test_the_loops_verify_time_comes_from_the_drafters_that_fill_their_budget():
+    from brwsim.speedup import DraftCalls
+    from experiments.speedup import loop_verify_cost
+
+    def calls(name, verify, drafted):
+        dc = DraftCalls(name, (1, 8), (0.5, 2.0), (None, None), (0.05, 0.2), (1.0, 4.0), (1.0, 3.0), 0.1, 3, 12,
+                        verify, (None, None), drafted)  # fmt: skip
+        return dc.to_dict() | {"spec": name}
+
+    model = {"a": calls("a", (1.4, 2.0), (1.0, 8.0)), "b": calls("b", (1.6, 2.4), (1.0, 7.9))}
+    lookup = {"lookup": calls("lookup", (1.1, 1.3), (0.4, 3.0))}  # drafts fewer: not a measure of t_verify(P)
+    cost = loop_verify_cost(model | lookup, 0.1)
+    assert cost.t_verify(0) == 0.1
+    assert (cost.t_verify(1), cost.t_verify(8)) == pytest.approx((0.15, 0.22))  # the mean of a's and b's fractions
+    assert loop_verify_cost(lookup, 0.1) is None and loop_verify_cost(None, 0.1) is None
+    old = {k: v for k, v in model["a"].items() if k not in ("verify", "verify_ci95", "drafted")}
+    assert loop_verify_cost({"a": old}, 0.1) is None  # a calibration made before the loop's verify was kept
