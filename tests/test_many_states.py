@@ -1,9 +1,10 @@
 """Markov laws of many states: the state count is a data dimension, not one compiled kernel per state.
 
 States whose laws are of one kind (one class and static fields; fixed laws of any vocabulary, padded with
-probability-0 tokens; Dirichlet, logit-normal and random-exponent Zipf laws of any parameters, held as data)
-are stacked and gathered by index (brwsim.laws.stack_laws): the oracle's node draw is one branch per kind and
-the spine's step one compilation per kind, whatever the number of states. Each state still gets its own law.
+probability-0 tokens; Dirichlet, logit-normal, random-exponent Zipf and temperature laws of any parameters,
+held as data) are stacked and gathered by index (brwsim.laws.stack_laws): the oracle's node draw is one
+branch per kind and the spine's step one compilation per kind, whatever the number of states. Each state
+still gets its own law.
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ def test_exact_state_laws_have_no_bootstrap_spread():
 
 DRAWN = ("dirichlet:V=6,alpha=1e-31", "dirichlet:V=6,alpha=0.05", "dirichlet:V=6,alpha=0.5", "dirichlet:V=6,alpha=2",
          "dirichlet:V=1,alpha=0.5", "logitnormal:V=6,sigma=0.7", "logitnormal:V=6,sigma=1e39",
-         "zipf:V=6,s=1.1,s_sd=0.4")  # fmt: skip
+         "zipf:V=6,s=1.1,s_sd=0.4", "temp:T=0.7,law=dirichlet:V=6,alpha=0.5",
+         "temp:T=1e-39,law=dirichlet:V=6,alpha=0.5", "temp:T=1e39,law=logitnormal:V=6,sigma=2",
+         "temp:T=3,law=fixed:probs=0.5/0.3/0.2")  # fmt: skip
 
 
 @pytest.mark.parametrize("spec", DRAWN)
@@ -158,6 +161,10 @@ def test_drawn_states_differing_in_parameters_are_one_kind():
     ]
     stacked, group, _ = stack_laws(zipfs, extra=lambda law: law.spine_tables())
     assert group.tolist() == [0, 0, 1, 2] and len(stacked) == 3
+    # temperatures of one inner family are one kind, whatever T and the inner law's parameters
+    temps = [parse_law(f"temp:T={T},law=dirichlet:V=6,alpha={a}") for T, a in ((0.5, 0.1), (2, 0.1), (1e-39, 0.15))]
+    stacked, group, _ = stack_laws([*temps, parse_law("temp:T=2,law=logitnormal:V=6,sigma=1")])
+    assert group.tolist() == [0, 0, 0, 1] and len(stacked) == 2
 
 
 def test_spine_walks_of_distinct_drawn_states_compile_once_per_kind():

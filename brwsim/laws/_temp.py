@@ -8,7 +8,9 @@ law must be i.i.d.). The synthetic counterpart of ``brwsim llm
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._registry import data_field
 from .._spec import Spec, number
@@ -27,6 +29,7 @@ class Temp(Law):
     law: Law = data_field(default=None)
     T: float = 1.0
     law_text: str = ""
+    inv: jax.Array | None = data_field(default=None)  # with_data_params: 1/T in float32 as data (T then 1)
 
     spec_keys = ({"T", "law"}, set())
 
@@ -50,7 +53,13 @@ class Temp(Law):
 
     def full_logp(self, key, state):
         lp = self.law.full_logp(key, state)
-        return log_normalize(scale_logits(lp - jnp.max(lp), 1.0 / self.T))
+        return log_normalize(scale_logits(lp - jnp.max(lp), 1.0 / self.T if self.inv is None else self.inv))
+
+    def with_data_params(self) -> Temp:
+        # 1/T rounded to float32 as scale_logits rounds a Python number (past float32's largest: inf, a point mass)
+        c = 1.0 / self.T
+        c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
+        return Temp(law=self.law.with_data_params(), T=1.0, inv=jnp.asarray(c32, jnp.float32))
 
     def native_program(self) -> NativeDrawn | None:
         inner = self.law.native_program()
