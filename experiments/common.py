@@ -317,11 +317,11 @@ def share(order: list, worker: str | None) -> list:
 def measure_prompts(name: str, order: list, key, measure, width: int, budget: float | None, prepare=None) -> list:
     """Each prompt's cached point (``key(prompt)``: its cache parameters; ``measure(prompt)``: its rows): prompts
     not in the cache are measured ``width`` at a time in this process, their model passes packed
-    (:func:`brwsim.llm.sources._rounds.run_concurrently`; the numbers do not depend on ``width``). After
+    (:func:`brwsim.llm.sources.rounds.run_concurrently`; the numbers do not depend on ``width``). After
     ``budget`` seconds no new prompt is started: its entry is None. Each finished prompt is in the cache at
     once, so an interrupted run keeps it. ``prepare()`` (loading the models) runs first, in this thread, when
     some prompt is to be measured."""
-    from brwsim.llm.sources._rounds import run_concurrently
+    from brwsim.llm.sources.rounds import run_concurrently
 
     t0 = time.perf_counter()
     if prepare is not None and budget != 0 and not all(is_cached(name, key(p)) for p in order):

@@ -92,7 +92,7 @@ def values_at(target, drafters, ids: list[int], P_max: int, batch: int) -> tuple
     from brwsim.llm.drafters import DraftView, prefix_values, topq_nodes
     from brwsim.llm.drafters._measure import warm_target
     from brwsim.llm.measure import oracle_tree
-    from brwsim.llm.sources._rounds import fork
+    from brwsim.llm.sources.rounds import fork
 
     eos = target.eos_ids
     tctx = target.open(ids)

@@ -36,7 +36,7 @@ from .measure import summarize_task
 from .results import RunResult, TaskResult, Timing, footprint_fields
 from .sources import Recorder, check_model, check_temperature, load_prompts, load_source
 from .sources._hf import check_max_prompt_tokens, check_threads
-from .sources._rounds import run_concurrently, stopping
+from .sources.rounds import run_concurrently, stopping
 
 HELDOUT_TOKENS = 256  # held-out positions for each drafter's calibration (Sequoia's rates, held-out KL)
 DTYPES = ("float32", "fp32", "bfloat16", "bf16")
@@ -97,7 +97,7 @@ class RunOptions:
     seed: int = 0
     trees: int = 2000  # i.i.d. surrogate trees
     batch: int = 4
-    prompt_batch: int = 8  # prompts measured together (brwsim.llm.sources._rounds); the numbers do not depend on it
+    prompt_batch: int = 8  # prompts measured together (brwsim.llm.sources.rounds); the numbers do not depend on it
     dtype: str = "float32"
     threads: int | None = 1
     device: str = "auto"
@@ -167,7 +167,7 @@ def open_drafters(source, specs, T: float, log=None, heldout_tokens: int = HELDO
 
 
 class _StopCheck:
-    """A multi-process run's stop check (:func:`brwsim.llm.sources._rounds.stopping`): this process's own signal,
+    """A multi-process run's stop check (:func:`brwsim.llm.sources.rounds.stopping`): this process's own signal,
     only noted (:func:`brwsim._interrupts.deferred`), is posted for the others; another process's post is asked
     for at most every ``every`` seconds. Thread-safe; once True, always True."""
 
@@ -195,7 +195,7 @@ def _measure(source, drafters, cal: list[Calibration | None], items, P_max, opts
     """(per task: the prompts' (PromptResult, [DraftedPrompt]) in prompt order; whether it was interrupted).
 
     ``opts.prompt_batch`` prompts are measured together, their model passes
-    packed (:func:`brwsim.llm.sources._rounds.run_concurrently`). In a
+    packed (:func:`brwsim.llm.sources.rounds.run_concurrently`). In a
     multi-process run every process measures every ``count()``-th prompt and
     the results are gathered: a prompt's result depends on the prompt and the
     seed only, so the rows are those of one process. A ``KeyboardInterrupt``

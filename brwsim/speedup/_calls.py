@@ -24,7 +24,7 @@ import numpy as np
 
 from .._stats import mean_ci95
 from ..llm import specdec
-from ._costs import DraftCost
+from ._costs import DraftCost, TableCost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +56,6 @@ class DraftCalls:
         """t_verify(P) as the loop spends it for this drafter, in a table whose plain step is ``t0``: a
         :class:`~brwsim.speedup.TableCost` of t0 at P = 0 and ``verify[i] x t0`` at each budget (None in a record
         without it)."""
-        from ._costs import TableCost
-
         if self.verify is None:
             return None
         pts = {0: t0} | {P: f * t0 for P, f in zip(self.P, self.verify, strict=True)}

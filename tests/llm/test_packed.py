@@ -1,4 +1,4 @@
-"""The packed engine (brwsim.llm.sources._packed) and the rounds that gather many prompts' requests (_rounds).
+"""The packed engine (brwsim.llm.sources._packed) and the rounds that gather many prompts' requests (rounds).
 
 Exact where it can be: a request's rows are the same bits alone and packed with
 other prompts' requests (so a prompt's numbers do not depend on what was
@@ -73,7 +73,7 @@ def test_packed_context_is_the_generic_one(model, request):
 
 @pytest.mark.parametrize("width", [2, 4])
 def test_rows_are_the_same_bits_alone_and_packed(tiny, width):
-    from brwsim.llm.sources._rounds import run_concurrently
+    from brwsim.llm.sources.rounds import run_concurrently
 
     alone = [_measure(tiny, p) for p in PROMPTS]
     passes = tiny.engine.passes
@@ -87,7 +87,7 @@ def test_rows_are_the_same_bits_alone_and_packed(tiny, width):
 
 def test_shipped_model_rows_are_the_same_bits_alone_and_packed(shipped):
     """The shipped model's real widths (the matrix products' kernels differ with the row count)."""
-    from brwsim.llm.sources._rounds import run_concurrently
+    from brwsim.llm.sources.rounds import run_concurrently
 
     texts = ["def add(a, b):\n    return", "The capital of France is", "import os\nimport sys\n"]
     prompts = [shipped.encode(t) for t in texts]
@@ -119,22 +119,22 @@ def test_the_invariance_probe_sees_a_kernel_that_depends_on_its_neighbours(monke
 
 
 def test_rounds_keep_order_attribute_time_and_stop_on_an_error(tiny):
-    from brwsim.llm.sources import _rounds
+    from brwsim.llm.sources import rounds
 
     def job(i):
         def run():
-            with _rounds.phase(f"job{i % 2}"):
+            with rounds.phase(f"job{i % 2}"):
                 _measure(tiny, PROMPTS[i % len(PROMPTS)])
-            return i, _rounds.attributed(reset=True)
+            return i, rounds.attributed(reset=True)
 
         return run
 
     done = []
-    out = _rounds.run_concurrently([job(i) for i in range(6)], 3, on_done=lambda i, r: done.append(i))
+    out = rounds.run_concurrently([job(i) for i in range(6)], 3, on_done=lambda i, r: done.append(i))
     assert [r[0] for r in out] == list(range(6)) and sorted(done) == list(range(6))
     for i, (_, secs) in enumerate(out):
-        assert set(secs["model"]) == {f"job{i % 2}"} and secs["model"][f"job{i % 2}"] > 0
-        assert set(secs["host"]) <= {f"job{i % 2}", "other"}
+        assert set(secs.model) == {f"job{i % 2}"} and secs.model[f"job{i % 2}"] > 0
+        assert set(secs.host) <= {f"job{i % 2}", "other"} and secs.total("tokens") == sum(secs.tokens.values())
 
     started = threading.Event()
 
@@ -150,12 +150,12 @@ def test_rounds_keep_order_attribute_time_and_stop_on_an_error(tiny):
         return "finished"
 
     with pytest.raises(ValueError, match="broken prompt"):
-        _rounds.run_concurrently([slow, bad, slow], 3)
+        rounds.run_concurrently([slow, bad, slow], 3)
     assert started.is_set()
     for w in (0, -1, 1.5, True, "2"):
         with pytest.raises(BrwsimError, match="integer >= 1"):
-            _rounds.run_concurrently([slow], w)
-    assert _rounds.run_concurrently([], 4) == []
+            rounds.run_concurrently([slow], w)
+    assert rounds.run_concurrently([], 4) == []
 
 
 def test_open_with_hidden_states_is_the_last_layer_before_the_norm(tiny):
@@ -164,7 +164,7 @@ def test_open_with_hidden_states_is_the_last_layer_before_the_norm(tiny):
     import torch
 
     from brwsim.llm.sources._packed import Open
-    from brwsim.llm.sources._rounds import ask
+    from brwsim.llm.sources.rounds import ask
 
     cut = copy.deepcopy(tiny.model)
     cut.model.norm = torch.nn.Identity()
@@ -179,7 +179,7 @@ def test_open_with_hidden_states_is_the_last_layer_before_the_norm(tiny):
 
 def test_gemma_rows_are_the_same_bits_alone_and_packed_and_the_window_is_checked(gemma):
     from brwsim.llm.sources._hf import HFSource
-    from brwsim.llm.sources._rounds import run_concurrently
+    from brwsim.llm.sources.rounds import run_concurrently
 
     alone = [_measure(gemma, p) for p in PROMPTS]
     packed = run_concurrently([lambda p=p: _measure(gemma, p) for p in PROMPTS], 4)

@@ -375,7 +375,7 @@ def test_prompts_measured_together_give_the_numbers_of_one_at_a_time(tiny):
     from brwsim.llm.drafters import open_drafter as open_llm_drafter
     from brwsim.llm.sources._packed import rows_are_batch_invariant
     from brwsim.llm.sources._prompts import Prompt
-    from brwsim.llm.sources._rounds import run_concurrently
+    from brwsim.llm.sources.rounds import run_concurrently
 
     widths = tuple(sorted({(m.in_features, m.out_features) for m in tiny.model.modules() if hasattr(m, "in_features")}))
     if not rows_are_batch_invariant(widths):  # (then packed rows agree to float rounding: tests/llm/test_packed.py)

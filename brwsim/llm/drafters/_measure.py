@@ -34,7 +34,7 @@ import numpy as np
 from ...drafters import sequoia_dp
 from ..measure import PromptResult, oracle_tree, prompt_rng, row_stats, sample_rows, sample_walks
 from ..sources import Context, Prompt, TempSource, Walker, temper
-from ..sources._rounds import attributed, fork, phase
+from ..sources.rounds import attributed, fork, phase
 from ._base import Drafter
 from ._calibrate import row_divergences
 from .lookup import LookupProposer

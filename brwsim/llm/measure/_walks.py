@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from ..sources import Context, LogitsSource, Prompt
-from ..sources._rounds import attributed, phase
+from ..sources.rounds import Accounts, attributed, phase
 from ._search import OracleTree, oracle_tree, row_stats, sample_rows
 
 
@@ -79,10 +79,9 @@ class PromptResult:
     floor: dict = dataclasses.field(default_factory=dict)  # phase -> floor seconds (empty: rates not set)
 
     @classmethod
-    def timed(cls, prompt, n_tokens, walks, oracle, seconds, accounts: dict) -> PromptResult:
-        """A result whose per-phase accounts are :func:`brwsim.llm.sources._rounds.attributed`'s."""
-        a = accounts
-        return cls(prompt, n_tokens, walks, oracle, seconds, a["model"], a["host"], a["tokens"], a["floor"])
+    def timed(cls, prompt, n_tokens, walks, oracle, seconds, a: Accounts) -> PromptResult:
+        """A result whose per-phase accounts are :func:`brwsim.llm.sources.rounds.attributed`'s."""
+        return cls(prompt, n_tokens, walks, oracle, seconds, a.model, a.host, a.tokens, a.floor)
 
     def to_dict(self) -> dict:
         """Everything measured, as strict JSON (:meth:`from_dict` reads it back; tests check the round trip)."""

@@ -9,6 +9,8 @@
 - :mod:`._models`: the named models (:data:`MODELS`), :func:`check_model` and :func:`load_source`.
 - :mod:`._check`: cheap checks of a model's files before it loads (:func:`check_model_files`, no torch).
 - :mod:`._prompts`: prompt sets (:data:`PROMPT_SETS`) and :func:`load_prompts`.
+- :mod:`.rounds`: the batching engine: many prompts' model requests gathered into packed rounds
+  (:func:`~.rounds.run_concurrently`, :func:`~.rounds.ask`), their time per phase as :class:`~.rounds.Accounts`.
 
 A new source is a subclass of :class:`LogitsSource` (with its
 :class:`Context`); it becomes reachable from ``--model`` with one branch in

@@ -19,7 +19,7 @@ dropped from the cache.
 
 A Llama-architecture model (SmolLM2 and every drafter made from it) is run by
 the packed engine instead (:mod:`._packed`, :class:`PackedContext`): the same
-tree of slots, but each question is a request that :mod:`._rounds` can pack
+tree of slots, but each question is a request that :mod:`.rounds` can pack
 with other prompts' questions into one forward pass; walks are tree nodes
 too. Other architectures take the path above, one prompt per pass.
 """
@@ -38,7 +38,7 @@ import numpy as np
 from ... import _processes as processes
 from ...errors import BrwsimError
 from .. import require_llm
-from . import _packed, _rounds
+from . import _packed, rounds
 from ._base import Context, LogitsSource, Walker
 
 
@@ -227,8 +227,8 @@ class HFSource(LogitsSource):
         return out
 
     def ask_forward(self, **kw):
-        """:meth:`forward` as a request of the current round (:mod:`._rounds`): one generic pass."""
-        return _rounds.ask(self.calls, _Call(lambda: self.forward(**kw), int(kw["input_ids"].numel())))
+        """:meth:`forward` as a request of the current round (:mod:`.rounds`): one generic pass."""
+        return rounds.ask(self.calls, _Call(lambda: self.forward(**kw), int(kw["input_ids"].numel())))
 
     def logp_rows(self, logits) -> np.ndarray:
         torch = _torch()
@@ -250,6 +250,7 @@ class _CallEngine:
 
     def __init__(self, src: HFSource):
         self.src = src
+        self.last_floor: float | None = None  # generic passes: no roofline of their own
 
     def run(self, requests):
         return [r.fn() for r in requests]
@@ -268,7 +269,7 @@ class PackedContext(Context):
             raise ValueError("empty prompt")
         self.src = src
         self.L = len(prompt)
-        self.kv, self.root, _ = _rounds.ask(src.engine, _packed.Open(prompt))
+        self.kv, self.root, _ = rounds.ask(src.engine, _packed.Open(prompt))
         self.passes = 1
         self.slots: dict[tuple[int, ...], int] = {}
         self.answers: dict[tuple[int, ...], np.ndarray] = {(): self.root}
@@ -279,7 +280,7 @@ class PackedContext(Context):
         new = {n: base + i for i, n in enumerate(nodes)}  # (a node asked again takes its new slot)
         sees = [[new[a] if a in new else self.slots[a] for a in (n[:d] for d in range(1, len(n)))] for n in nodes]
         req = _packed.Extend(self.kv, [n[-1] for n in nodes], [self.L + len(n) - 1 for n in nodes], sees)
-        rows = _rounds.ask(self.src.engine, req)
+        rows = rounds.ask(self.src.engine, req)
         self.passes += 1
         for i, n in enumerate(nodes):
             self.slots[n] = base + i

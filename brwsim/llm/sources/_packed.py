@@ -50,7 +50,7 @@ RATES: dict[str, float] = {}  # this machine's "bandwidth" (bytes/s) and "flops"
 def set_rates(bandwidth: float, flops: float) -> None:
     """This machine's memory bandwidth (bytes/s, a copy counting read + write) and float32 matmul rate (FLOP/s),
     e.g. :func:`brwsim.speedup._timing.machine_peaks`: from then on every pass also accounts its *floor*,
-    max(bytes / bandwidth, FLOPs / rate), which :mod:`._rounds` attributes to phases like model time."""
+    max(bytes / bandwidth, FLOPs / rate), which :mod:`.rounds` attributes to phases like model time."""
     RATES.update(bandwidth=float(bandwidth), flops=float(flops))
 
 

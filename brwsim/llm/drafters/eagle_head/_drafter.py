@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from ....errors import BrwsimError
-from ...sources import _packed, _rounds
+from ...sources import _packed, rounds
 from ...sources._hf import to_numpy
 from .._base import DraftModel, PassFootprint
 from .._hf import model_footprint
@@ -52,7 +52,7 @@ class EagleDraftModel(DraftModel):
         last (the target's packed engine when it has one: a request of the current round)."""
         eng = getattr(self.target, "engine", None)
         if eng is not None:
-            return _rounds.ask(eng, _packed.Open([int(t) for t in prompt], hidden=True))[2]
+            return rounds.ask(eng, _packed.Open([int(t) for t in prompt], hidden=True))[2]
         with torch.inference_mode():
             return features(self.target.model, torch.tensor([list(prompt)[:-1]], device=self.device))[0]
 
@@ -197,7 +197,7 @@ class EagleContext:
         self.dm, self.T = dm, temperature
         self.L = len(prompt)
         self.features = dm.prompt_features(prompt)  # [L - 1, H]: the target's, verified context
-        self.kv, rows, feat = _rounds.ask(dm.engine, HeadOpen(prompt, self.features, temperature))
+        self.kv, rows, feat = rounds.ask(dm.engine, HeadOpen(prompt, self.features, temperature))
         self.passes = 1
         self.nodes = 0
         self.feat: dict[tuple[int, ...], torch.Tensor] = {(): feat[0]}
@@ -211,7 +211,7 @@ class EagleContext:
         sees = [[self.slot[n[:d]] for d in range(1, len(n))] for n in nodes]
         fin = torch.stack([self.feat[n[:-1]] for n in nodes])
         req = HeadExtend(self.kv, [n[-1] for n in nodes], [self.L - 2 + len(n) for n in nodes], sees, fin, self.T)
-        _, rows, feats = _rounds.ask(self.dm.engine, req)
+        _, rows, feats = rounds.ask(self.dm.engine, req)
         for i, n in enumerate(nodes):
             self.slot[n], self.feat[n], self.answers[n] = base + i, feats[i], rows[i]
         self.passes += 1

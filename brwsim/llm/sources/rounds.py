@@ -1,4 +1,4 @@
-"""Many prompts measured at once: every model pass they ask for is gathered into rounds of packed passes.
+"""The batching engine: many prompts measured at once, every model pass they ask for gathered into rounds.
 
 A prompt's measurement is ordinary sequential code (walks, the oracle's
 best-first search, each drafter's builders, the direct check) that asks
@@ -24,12 +24,17 @@ seconds are what it used, not what it waited: *model* seconds are each
 pass's wall seconds shared among its requests in proportion to their tokens;
 *host* seconds are the thread's own CPU time outside the passes (its tree
 searches, row statistics, sampling); the *floor* is shared the same way as
-model seconds. :func:`attributed` returns them, and the tokens.
+model seconds. :func:`attributed` returns them, and the tokens, as :class:`Accounts`.
+
+An engine (:class:`Engine`) answers a list of requests in one call and says
+what a request costs in tokens and, after a call, the floor seconds of its
+passes (``last_floor``: None when this machine's rates are not known).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,11 +44,30 @@ from ...errors import BrwsimError
 
 
 class Engine(Protocol):
-    """Answers a list of requests in one go (a packed pass); ``tokens(request)`` is what a request costs."""
+    """Answers a list of requests in one go (a packed pass); ``tokens(request)`` is what a request costs;
+    ``last_floor``: the roofline seconds of the last call's passes at this machine's rates (None: not known)."""
+
+    last_floor: float | None
 
     def run(self, requests: list) -> list: ...
 
     def tokens(self, request) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Accounts:
+    """One thread's time and work per phase: ``model`` seconds (a token share of each pass it took part in),
+    ``host`` CPU seconds outside the passes, ``tokens`` asked, ``floor`` seconds (a token share of each pass's
+    roofline time; empty when the rates are not known)."""
+
+    model: dict[str, float]
+    host: dict[str, float]
+    tokens: dict[str, float]
+    floor: dict[str, float]
+
+    def total(self, kind: str) -> float:
+        """The sum over phases of one kind (``model``, ``host``, ``tokens`` or ``floor``)."""
+        return float(sum(getattr(self, kind).values()))
 
 
 class Aborted(BrwsimError):
@@ -111,12 +135,11 @@ def phase(name: str):
         st["phase"] = old
 
 
-def attributed(reset: bool = False) -> dict[str, dict[str, float]]:
-    """This thread's accounts so far, ``{kind: {phase: amount}}`` for each of :data:`KINDS` (``reset``: start
-    again from zero)."""
+def attributed(reset: bool = False) -> Accounts:
+    """This thread's accounts so far (``reset``: start again from zero)."""
     st = _state()
     _host(st)
-    out = {k: dict(st[k]) for k in KINDS}
+    out = Accounts(**{k: dict(st[k]) for k in KINDS})
     if reset:
         st.update({k: {} for k in KINDS})
     return out
@@ -131,7 +154,7 @@ def run_timed(engine: Engine, requests: list, states: list[dict]) -> list:
     t0 = time.perf_counter()
     out = engine.run(requests)
     dt = time.perf_counter() - t0
-    floor = getattr(engine, "last_floor", None)
+    floor = engine.last_floor
     weights = [max(int(engine.tokens(r)), 1) for r in requests]
     total = sum(weights)
     for st, w in zip(states, weights, strict=True):
@@ -226,7 +249,7 @@ def fork(jobs: Sequence[Callable[[], Any]]) -> list:
         rounds.live += len(jobs) - 1  # this thread's place passes to the jobs until they end
     results: list = [None] * len(jobs)
     errors: list[BaseException] = []
-    times: list[dict] = []
+    times: list[Accounts] = []
 
     def child(i: int):
         cst = _state()
@@ -252,7 +275,7 @@ def fork(jobs: Sequence[Callable[[], Any]]) -> list:
     st["cpu"] = time.thread_time()
     for tm in times:
         for kind in KINDS:
-            for name, secs in tm[kind].items():
+            for name, secs in getattr(tm, kind).items():
                 _charge(st, kind, name, secs)
     if errors:
         raise next((e for e in errors if not isinstance(e, Aborted)), errors[0])
