@@ -150,7 +150,7 @@ def footprint_fields(drafter) -> dict:
     """``footprint`` and ``target_footprint`` of a :class:`DrafterResult` for an opened drafter: the
     :class:`~brwsim.llm.drafters._base.PassFootprint` dicts of its pass and of the target's step (empty when it
     declares none)."""
-    fp, tf = drafter.footprint(), getattr(drafter, "target_footprint", None)
+    fp, tf = drafter.footprint(), drafter.target_footprint
     if fp is None or (tf is None and not fp.empty):
         return {}
     return {"footprint": fp.to_dict(), "target_footprint": tf.to_dict() if tf is not None else None}

@@ -345,6 +345,12 @@ def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
             self.passes += len(prefixes)
             return full_logp(tiny.model, [self.ids + list(p) for p in prefixes]).astype(np.float32)
 
+        def known(self, prefix):  # the DraftContext contract: it cannot tell, and it stores no rows
+            return None
+
+        def forget(self, prefixes):
+            return None
+
     class Head:
         name, has_q, info = "stand-in", True, {}
 

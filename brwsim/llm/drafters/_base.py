@@ -86,9 +86,16 @@ NO_PASS = PassFootprint(what="no model pass (proposals from the context)")
 
 
 class DraftContext(Protocol):
+    """A drafter's questions about its tree below one prompt: its rows, whether a row is already computed (None:
+    cannot tell), dropping rows the caller no longer needs, and the passes it took."""
+
     passes: int
 
     def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray: ...
+
+    def known(self, prefix: tuple[int, ...]) -> bool | None: ...
+
+    def forget(self, prefixes: Sequence[tuple[int, ...]]) -> None: ...
 
 
 class Drafter(abc.ABC):

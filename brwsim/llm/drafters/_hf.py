@@ -92,15 +92,13 @@ class HFDraftContext:
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)
 
-    def known(self, prefix) -> bool:
+    def known(self, prefix) -> bool | None:
         """Whether the prefix's row is already computed (asking for it costs no pass)."""
-        return tuple(prefix) in self.inner.answers
+        return self.inner.known(prefix)
 
     def forget(self, prefixes) -> None:
-        """Drop the stored rows of these prefixes (a context that cannot keeps them)."""
-        forget = getattr(self.inner, "forget", None)
-        if forget is not None:
-            forget(prefixes)
+        """Drop the stored rows of these prefixes (a context that stores none ignores it)."""
+        self.inner.forget(prefixes)
 
 
 def _share_weights_copy(model):

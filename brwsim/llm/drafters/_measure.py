@@ -57,8 +57,8 @@ class DraftView(Context):
 
     def known(self, prefix: tuple[int, ...]) -> bool | None:
         """Whether the prefix's row is already computed (free to ask); None: the draft context cannot tell."""
-        known = getattr(self.dctx, "known", None)
-        return None if known is None else prefix in self._tops or known(prefix)
+        known = self.dctx.known(prefix)
+        return None if known is None else prefix in self._tops or known
 
     def tops(self, prefixes) -> list[tuple[np.ndarray, np.ndarray]]:
         """(token ids, log q) of each prefix's K most likely children, by decreasing q. The draft context may
@@ -69,9 +69,7 @@ class DraftView(Context):
             ids, vals, _, _ = row_stats(self.logprobs(need), self.K)
             for j, p in enumerate(need):
                 self._tops[p] = (ids[j], vals[j].astype(np.float64))
-            forget = getattr(self.dctx, "forget", None)
-            if forget is not None:
-                forget(need)
+            self.dctx.forget(need)
         return [self._tops[tuple(p)] for p in prefixes]
 
 

@@ -97,6 +97,15 @@ class Context(abc.ABC):
     def walker(self, n: int) -> Walker:
         return Walker(self, n)
 
+    def known(self, prefix: tuple[int, ...]) -> bool | None:
+        """Whether the prefix's row is already computed (asking for it costs no pass); None: cannot tell."""
+        return None
+
+    def forget(self, prefixes: Sequence[tuple[int, ...]]) -> None:
+        """Drop the stored rows of these prefixes, if the context stores rows (asked again, they are computed
+        again); a context that stores none ignores it."""
+        return None
+
 
 class LogitsSource(abc.ABC):
     """Base class of logits sources (see the module docstring)."""
@@ -148,12 +157,15 @@ class Wrapper(LogitsSource):
 
 @runtime_checkable
 class TransformersModel(Protocol):
-    """Capability: a transformers causal LM's weights, tokenizer and device (``HFSource`` has it)."""
+    """Capability: a transformers causal LM's weights, tokenizer and device (``HFSource`` has it); ``engine``:
+    the packed engine that answers its passes as requests of the current round (None: the model's own forward,
+    one pass at a time)."""
 
     model: Any
     tokenizer: Any
     device: str
     max_prompt_tokens: int
+    engine: Any
 
 
 @runtime_checkable

@@ -292,6 +292,9 @@ class PackedContext(Context):
         evaluated again (a new slot with the same keys and values)."""
         return _tree_logprobs(self, prefixes, self.slots)
 
+    def known(self, prefix) -> bool:
+        return tuple(prefix) in self.answers
+
     def forget(self, prefixes) -> None:
         """Drop the stored rows of these prefixes (their slots stay: their children cost nothing more)."""
         for p in prefixes:
@@ -367,6 +370,9 @@ class HFContext(Context):
         for i, n in enumerate(nodes):
             self.slots[n] = S + i
             self.answers[n] = rows[i]
+
+    def known(self, prefix) -> bool:
+        return tuple(prefix) in self.answers
 
     def logprobs(self, prefixes):
         """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,

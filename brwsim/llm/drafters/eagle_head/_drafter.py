@@ -50,7 +50,7 @@ class EagleDraftModel(DraftModel):
     def prompt_features(self, prompt: Sequence[int]):
         """``[L - 1, H]``: the target's last hidden state before its final norm at every prompt position but the
         last (the target's packed engine when it has one: a request of the current round)."""
-        eng = getattr(self.target, "engine", None)
+        eng = self.target.engine
         if eng is not None:
             return rounds.ask(eng, _packed.Open([int(t) for t in prompt], hidden=True))[2]
         with torch.inference_mode():
@@ -216,6 +216,14 @@ class EagleContext:
             self.slot[n], self.feat[n], self.answers[n] = base + i, feats[i], rows[i]
         self.passes += 1
         self.nodes += len(nodes)
+
+    def known(self, prefix: tuple[int, ...]) -> None:
+        """None: the head evaluates a chain one level a pass, so asking a guessed chain ahead saves no pass
+        (:func:`~brwsim.llm.drafters.chain_nodes` guesses only where the context says False)."""
+        return None
+
+    def forget(self, prefixes: Sequence[tuple[int, ...]]) -> None:
+        """Kept: a node's row is its own pass's (its slot and features stay), dropped it could not be asked again."""
 
     def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray:
         """``float32 [len(prefixes), V]``: the drafter's next-token log-probabilities after each prefix."""
