@@ -342,21 +342,31 @@ def main(argv=None) -> dict:
 
 
 def held_out_order(tasks, n: int, seed: int, planner_n: int = PLANNER_PROMPTS) -> list:
-    """``n`` prompts per task that the planner never saw: each task's source without the ``planner_n`` prompts
-    the real-drafters run measured E[X] on (and the per-call draft cost was calibrated on), ``n`` evenly spaced
-    over the rest, in a seeded random order, interleaved task by task."""
+    """``n`` prompts per task that the planner never saw and no setting was chosen on: each task's source without
+    the ``planner_n`` prompts the real-drafters run measured E[X] on (and the per-call draft cost was calibrated
+    on), ``n`` evenly spaced over the rest, in a seeded random order, without the task's development prompts
+    (brwsim.llm.sources._devset; the evenly spaced prompts of the rest that are not development prompts replace
+    them at the end), interleaved task by task."""
     from brwsim.llm.sources import load_prompts
+    from brwsim.llm.sources._devset import dev_prompts
     from brwsim.llm.sources._prompts import spread
 
     rng = np.random.default_rng([seed, 22])
     per = []
     for task in tasks:
         every = load_prompts(task)
-        seen = {p.id for p in spread(every, planner_n)}
-        rest = spread([p for p in every if p.id not in seen], n)
-        if len(rest) < n:
-            raise SystemExit(f"end_to_end: error: {task} has {len(rest)} prompts outside the planner's {planner_n}")
-        per.append([rest[i] for i in rng.permutation(len(rest))])
+        planner = {p.id for p in spread(every, planner_n)}
+        dev = {p.id for p in dev_prompts(task)}
+        outside = [p for p in every if p.id not in planner]
+        pool = [p for p in outside if p.id not in dev]
+        if len(pool) < n:
+            raise SystemExit(f"end_to_end: error: {task} has {len(pool)} prompts outside the planner's {planner_n} "
+                             "and the development prompts")  # fmt: skip
+        first = spread(outside, n)
+        order = [p for p in (first[i] for i in rng.permutation(len(first))) if p.id not in dev]
+        taken = {p.id for p in order}
+        order += spread([p for p in pool if p.id not in taken], n - len(order))
+        per.append(order)
     return [ps[i] for i in range(n) for ps in per]
 
 

@@ -24,6 +24,7 @@ from ..theory import MIN_SPINE_WALKS
 from .drafters import (
     Calibration,
     DrafterSettings,
+    Proposer,
     calibrate,
     heldout_ids,
     measure_prompt_drafters,
@@ -162,7 +163,7 @@ def open_drafters(source, specs, T: float, log=None, heldout_tokens: int = HELDO
         return [], []
     ids = heldout_ids(source, heldout_tokens)
     lp = teacher_forced(source.open(ids[:1]), ids)
-    cal = [calibrate(source, d, ids, T, target_rows=lp) if d.has_q else None for d in drafters]
+    cal = [None if isinstance(d, Proposer) else calibrate(source, d, ids, T, target_rows=lp) for d in drafters]
     return drafters, cal
 
 

@@ -11,6 +11,7 @@ TASKS = ("humaneval", "pydoc", "sharegpt")
 
 
 def test_scored_prompts_are_none_of_the_planners_and_interleaved_by_task():
+    from brwsim.llm.sources._devset import dev_prompts
     from experiments import common, end_to_end
 
     planner = {(p.task, p.id) for p in common.prompt_order(TASKS, end_to_end.PLANNER_PROMPTS, 0)}
@@ -18,9 +19,14 @@ def test_scored_prompts_are_none_of_the_planners_and_interleaved_by_task():
     got = end_to_end.held_out_order(TASKS, 16, 0)
     assert len(got) == 48 and len({(p.task, p.id) for p in got}) == 48
     assert not planner & {(p.task, p.id) for p in got}  # never scored on the sample the planner read
+    dev = {(p.task, p.id) for t in TASKS for p in dev_prompts(t)}
+    assert len(dev) == 24 and not dev & {(p.task, p.id) for p in got}  # nor on prompts settings were chosen on
     assert [p.task for p in got[:6]] == list(TASKS) * 2
-    with pytest.raises(SystemExit, match="pydoc has 26 prompts outside the planner's 64"):
-        end_to_end.held_out_order(("pydoc",), 27, 0)
+    # a development prompt among the evenly spaced ones is left out, the others keep their order
+    every = end_to_end.held_out_order(("pydoc",), 18, 0)
+    assert len(every) == 18 and not dev & {(p.task, p.id) for p in every}
+    with pytest.raises(SystemExit, match="pydoc has 18 prompts outside the planner's 64 and the development"):
+        end_to_end.held_out_order(("pydoc",), 19, 0)
 
 
 def _run(kind, tps, drafter=None, P=None):

@@ -352,7 +352,7 @@ def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
             return None
 
     class Head:
-        name, has_q, info = "stand-in", True, {}
+        name, info = "stand-in", {}  # not a Proposer: a draft model with a q
 
         def context(self, prompt_ids):
             return Ctx(prompt_ids)

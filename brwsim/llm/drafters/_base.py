@@ -106,7 +106,6 @@ class Drafter(abc.ABC):
     flags: ClassVar[tuple[str, ...]] = ()
     positional: ClassVar[str | None] = None
     needs: ClassVar[tuple[type, ...]] = ()
-    has_q: ClassVar[bool] = True
     example: ClassVar[str] = ""
 
     name: str
@@ -168,8 +167,6 @@ class DraftModel(Drafter):
 
 class Proposer(Drafter):
     """A drafter without a q: token paths only."""
-
-    has_q: ClassVar[bool] = False
 
     @abc.abstractmethod
     def tree(self, ids: Sequence[int], P: int) -> list[tuple[int, ...]]:

@@ -35,7 +35,7 @@ from ...drafters import sequoia_dp
 from ..measure import PromptResult, oracle_tree, prompt_rng, row_stats, sample_rows, sample_walks
 from ..sources import Context, Prompt, TempSource, Walker, temper
 from ..sources.rounds import attributed, fork, phase
-from ._base import Drafter
+from ._base import Drafter, Proposer
 from ._calibrate import row_divergences
 from .lookup import LookupProposer
 
@@ -398,7 +398,7 @@ def measure_prompt_drafters(
 ) -> tuple[PromptResult, list[DraftedPrompt]]:
     """Walks, the oracle and every drafter's trees, values, statistics and direct check on one prompt.
 
-    ``drafters``: draft models (a q) or proposers (paths only), told apart by their declared ``has_q``;
+    ``drafters``: draft models (a q) or proposers (paths only: a :class:`Proposer`);
     ``rates[i]``: drafter i's positional acceptance rates for Sequoia (None: no Sequoia tree).
     """
     t0 = time.perf_counter()
@@ -419,7 +419,7 @@ def measure_prompt_drafters(
     def drafter_job(i: int, d: Drafter):
         def job() -> tuple:
             with phase(f"drafter:{d.name}"):
-                if not d.has_q:
+                if isinstance(d, Proposer):
                     return 0, _Trees({"lookup_tree": d.tree(ids, P_max), "lookup_chain": d.chain(ids, P_max)},
                                      {}, None)  # fmt: skip
                 view = sctx.views[i] = DraftView(d.context(ids), st.T)
