@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...drafters import sequoia_dp
-from ..measure import PromptResult, oracle_tree, prompt_rng, row_stats, sample_rows, sample_walks
+from ..measure import PromptResult, open_walks_oracle, oracle_tree, row_stats, sample_rows
 from ..sources import Context, Prompt, TempSource, Walker, temper
 from ..sources.rounds import attributed, fork, phase
 from ._base import Drafter, Proposer
@@ -405,15 +405,10 @@ def measure_prompt_drafters(
     attributed(reset=True)
     tsrc = TempSource(target, st.T) if st.T != 1.0 else target
     eos = target.eos_ids
-    with phase("open"):
-        ids = tsrc.encode(prompt.text)
-        tctx = tsrc.open(ids)
-    sctx = _StatsContext(tctx, [None] * len(drafters))
-    rng = prompt_rng(st.seed, prompt)
-    with phase("walks"):
-        w = sample_walks(sctx, st.walks, st.depth, rng, P_max, eos) if st.walks > 0 else None
-    with phase("oracle"):
-        o = oracle_tree(tctx, P_max, batch=st.batch, eos=eos)
+    # the walks run on a context that records their rows, for the drafters' statistics along them
+    walk_ctx = lambda c: _StatsContext(c, [None] * len(drafters))  # noqa: E731
+    m = open_walks_oracle(tsrc, prompt, P_max, st.walks, st.depth, st.seed, st.batch, walk_ctx=walk_ctx)
+    ids, tctx, w, o, rng, sctx = m.ids, m.ctx, m.walks, m.oracle, m.rng, m.walked_on
     walked = [tuple(t[: d + 1]) for t in (w.tokens if w is not None else []) for d in range(len(t))]
 
     def drafter_job(i: int, d: Drafter):
@@ -445,5 +440,4 @@ def measure_prompt_drafters(
         with phase(f"check:{d.name}"):
             check = _checked(trees.nodes, values, tctx, st, rng, P_max) if st.check_samples > 0 else None
         out.append(DraftedPrompt(d.name, values, trees.stats, trees.xi_q, trees.s_P, check, passes))
-    result = PromptResult.timed(prompt, len(ids), w, o, time.perf_counter() - t0, attributed(reset=True))
-    return result, out
+    return m.result(prompt, time.perf_counter() - t0), out

@@ -1,6 +1,7 @@
 """Measurements on a real model's token tree (docs/llm.md, "What is measured").
 
-Per prompt (:func:`open_and_measure`):
+Per prompt (:func:`open_walks_oracle`, the one opening every per-prompt measurement shares; :func:`open_and_measure`
+adds the result):
 
 - **walks** (:func:`sample_walks`): continuations sampled from the model
   itself (the spine of docs/theory.md), ``depth`` tokens each, stopped at an
@@ -22,14 +23,25 @@ from __future__ import annotations
 
 from ._search import OracleTree, oracle_tree, row_stats, sample_rows
 from ._task import pool_law, save_pool, summarize_task
-from ._walks import PromptResult, Walks, measure_prompt, open_and_measure, prompt_rng, sample_walks
+from ._walks import (
+    Opened,
+    PromptResult,
+    Walks,
+    measure_prompt,
+    open_and_measure,
+    open_walks_oracle,
+    prompt_rng,
+    sample_walks,
+)
 
 __all__ = [
+    "Opened",
     "OracleTree",
     "PromptResult",
     "Walks",
     "measure_prompt",
     "open_and_measure",
+    "open_walks_oracle",
     "oracle_tree",
     "pool_law",
     "prompt_rng",

@@ -130,16 +130,43 @@ def open_and_measure(
     prompt) and the oracle tree up to ``P_max`` (``batch`` nodes per forward pass), keeping the context open."""
     t0 = time.perf_counter()
     attributed(reset=True)
+    m = open_walks_oracle(source, prompt, P_max, walks, depth, seed, batch, K)
+    return m.ctx, m.result(prompt, time.perf_counter() - t0)
+
+
+@dataclasses.dataclass
+class Opened:
+    """One prompt opened, walked and searched (:func:`open_walks_oracle`): its token ids, the target's context,
+    the walks (None without), the oracle tree, the prompt's random stream (drawn on by what follows) and the
+    context the walks ran on (``ctx`` itself unless a ``walk_ctx`` was given)."""
+
+    ids: list[int]
+    ctx: Context
+    walks: Walks | None
+    oracle: OracleTree
+    rng: np.random.Generator
+    walked_on: Context
+
+    def result(self, prompt: Prompt, seconds: float) -> PromptResult:
+        """The :class:`PromptResult`, with this thread's accounts since the measurement began (then reset)."""
+        return PromptResult.timed(prompt, len(self.ids), self.walks, self.oracle, seconds, attributed(reset=True))
+
+
+def open_walks_oracle(source: LogitsSource, prompt: Prompt, P_max: int, walks: int, depth: int, seed: int,
+                      batch: int, K: int | None = None, walk_ctx=None) -> Opened:  # fmt: skip
+    """The one opening of a prompt's measurement: the context (phase ``open``), ``walks`` continuations of
+    ``depth`` tokens sampled from the prompt's seeded stream (phase ``walks``; on ``walk_ctx(ctx)`` where given,
+    a context that also records what the walks ask) and the oracle tree up to ``P_max`` (phase ``oracle``)."""
     with phase("open"):
         ids = source.encode(prompt.text)
         ctx = source.open(ids)
-    K = max(K or 0, P_max)
     rng = prompt_rng(seed, prompt)
+    wctx = walk_ctx(ctx) if walk_ctx is not None else ctx
     with phase("walks"):
-        w = sample_walks(ctx, walks, depth, rng, K, source.eos_ids) if walks > 0 else None
+        w = sample_walks(wctx, walks, depth, rng, max(K or 0, P_max), source.eos_ids) if walks > 0 else None
     with phase("oracle"):
         o = oracle_tree(ctx, P_max, batch=batch, eos=source.eos_ids)
-    return ctx, PromptResult.timed(prompt, len(ids), w, o, time.perf_counter() - t0, attributed(reset=True))
+    return Opened(list(ids), ctx, w, o, rng, wctx)
 
 
 def prompt_rng(seed: int, prompt: Prompt) -> np.random.Generator:
