@@ -90,7 +90,7 @@ def values_at(target, drafters, ids: list[int], P_max: int, batch: int) -> tuple
     """The oracle's and each drafter's fixed builder's E[X] at P = 1..P_max after the text ``ids``, and each
     drafter's tree size at P_max (a proposer's tree can be smaller: at a budget P it drafts min(P, size) nodes)."""
     from brwsim.llm.drafters import DraftView, Proposer, prefix_values, topq_nodes
-    from brwsim.llm.drafters._measure import warm_target
+    from brwsim.llm.drafters._values import warm_target
     from brwsim.llm.measure import oracle_tree
     from brwsim.llm.sources.rounds import fork
 

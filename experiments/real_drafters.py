@@ -268,7 +268,7 @@ def _drafter_rows(params, label, pts, j, cal, seed) -> list[dict]:
     se = math.sqrt(sum(c["se"] ** 2 for c in ch)) / len(ch)
     xm, vm = float(np.mean([c["mean"] for c in ch])), float(np.mean([c["value"] for c in ch]))
     calls, z = sum(c["samples"] for c in ch), (xm - vm) / se if se > 0 else 0.0
-    # the check speculates on each prompt's best builder at its P (brwsim.llm.drafters._measure), which is not
+    # the check speculates on each prompt's best builder at its P (brwsim.llm.drafters._measure, _checked), which is not
     # always the fixed builder the fractions use: its builders are named, and the fixed builder's value beside
     used = sorted({c["builder"] for c in ch})
     fv = mean_ci95([d["values"][fixed][ch[0]["P"] - 1] for d in ds])

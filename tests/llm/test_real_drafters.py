@@ -184,7 +184,9 @@ def test_guessed_chain_and_shared_check_rows_change_nothing(tiny):
     right); the direct check with one KV-cache row per distinct accepted path draws exactly what one row per
     call draws; sampling through a row index equals sampling the indexed rows."""
     from brwsim.llm.drafters import open_drafter as open_llm_drafter
-    from brwsim.llm.drafters._measure import ChainGuess, DraftView, chain_nodes, speculative_check
+    from brwsim.llm.drafters._builders import ChainGuess, chain_nodes
+    from brwsim.llm.drafters._values import speculative_check
+    from brwsim.llm.drafters._view import DraftView
     from brwsim.llm.measure import sample_rows
 
     d = open_llm_drafter("layerskip:skip=2-3", tiny)
@@ -415,8 +417,9 @@ def test_summary_check_names_its_builders_and_the_fixed_value():
     builder's mean value at the same P beside it, in the JSON and in the printed table."""
     import io
 
-    from brwsim.llm.drafters._measure import DraftedPrompt, PromptCheck
+    from brwsim.llm.drafters._measure import DraftedPrompt
     from brwsim.llm.drafters._report import print_drafters, summarize_drafter_task
+    from brwsim.llm.drafters._values import PromptCheck
 
     values = {"topq": np.linspace(0.1, 1.0, 8), "eagle": np.linspace(0.2, 1.1, 8)}
     check = PromptCheck("eagle", 4, 10, 1.0, 0.1, 1.05, 0.1)

@@ -21,21 +21,12 @@ from __future__ import annotations
 
 from . import eagle, early_exit, layerskip, lookup, lowbit, model_dir  # noqa: F401  (registrations)
 from ._base import DRAFTERS, Drafter, DraftModel, Proposer, examples, open_drafter, parse_drafter, register
+from ._builders import chain_nodes, eagle_nodes, topq_nodes
 from ._calibrate import STATS, Calibration, calibrate, heldout_ids, row_divergences, teacher_forced
-from ._measure import (
-    BUILDERS,
-    DraftedPrompt,
-    DrafterSettings,
-    DraftView,
-    chain_nodes,
-    eagle_nodes,
-    measure_prompt_drafters,
-    prefix_values,
-    speculative_check,
-    target_logP,
-    topq_nodes,
-)
+from ._measure import BUILDERS, DraftedPrompt, DrafterSettings, measure_prompt_drafters
 from ._report import print_drafters, summarize_drafter_task
+from ._values import prefix_values, speculative_check, target_logP
+from ._view import DraftView
 
 __all__ = [
     "BUILDERS",
