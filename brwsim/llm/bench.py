@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import BrwsimError, check_positive_int
 from ..speedup._timing import _synced_times
 from .sources import load_source
-from .sources._hf import synchronize, to_numpy
+from .sources._device import synchronize, to_numpy
 from .sources._prompts import humaneval
 
 

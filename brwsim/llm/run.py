@@ -36,7 +36,7 @@ from .drafters import (
 from .measure import summarize_task
 from .results import RunResult, TaskResult, Timing, footprint_fields
 from .sources import Recorder, check_model, check_temperature, load_prompts, load_source
-from .sources._hf import check_max_prompt_tokens, check_threads
+from .sources._device import check_max_prompt_tokens, check_threads
 from .sources.rounds import run_concurrently, stopping
 
 HELDOUT_TOKENS = 256  # held-out positions for each drafter's calibration (Sequoia's rates, held-out KL)

@@ -21,7 +21,7 @@ from .._stats import mean_ci95
 from ..drafters._sequoia import read_acceptance
 from ..errors import BrwsimError, check_positive_int
 from ..llm.sources import TransformersModel, load_source
-from ..llm.sources._hf import _torch
+from ..llm.sources._device import _torch
 from ._costs import AchievedRooflineCost, DraftCost, RooflineCost, VerifyCost, measured_cost, read_cost_csv
 from ._hardware import Hardware, model_shape, parse_custom, preset, shape_of_hf
 from ._names import MEASURED, hardware_names

@@ -3,7 +3,7 @@
 :func:`verify_times` times the pass that verifies a tree of ``P`` draft tokens
 plus the bonus position: ONE forward of ``P + 1`` query tokens after a KV
 cache of ``context`` tokens, with the 4D tree-attention mask of
-:class:`brwsim.llm.sources._hf.HFContext` (each token sees the context, its ancestors
+:class:`brwsim.llm.sources._contexts.HFContext` (each token sees the context, its ancestors
 and itself; the tree is the binary heap: parent of node i is (i - 1) // 2).
 ``P = 0`` is one plain decoding step. The context is ``context`` fixed token
 ids (the times do not depend on which tokens). :func:`machine_peaks` measures
@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..llm.sources._hf import _torch, additive_mask, returned_cache, synchronize, with_cache
+from ..llm.sources._device import _torch, additive_mask, returned_cache, synchronize, with_cache
 
 
 def _tree_inputs(torch, P: int, context: int, dtype, device):

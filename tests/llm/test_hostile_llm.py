@@ -161,7 +161,7 @@ def test_too_few_prompts_for_the_bounds_is_refused_up_front(models, tmp_path, ca
 
 
 def test_max_prompt_tokens_and_threads_checks():
-    from brwsim.llm.sources._hf import check_max_prompt_tokens, check_threads
+    from brwsim.llm.sources._device import check_max_prompt_tokens, check_threads
 
     for bad in (0, -3, -100000, True, 2.5, "8"):
         with pytest.raises(BrwsimError, match="--max-prompt-tokens must be"):

@@ -59,7 +59,7 @@ def gemma():
 
 @pytest.mark.parametrize("model", ["tiny", "gemma"])
 def test_packed_context_is_the_generic_one(model, request):
-    from brwsim.llm.sources._hf import HFContext, PackedContext
+    from brwsim.llm.sources._contexts import HFContext, PackedContext
 
     tiny = request.getfixturevalue(model)
     assert tiny.engine is not None  # both architectures run on the packed engine

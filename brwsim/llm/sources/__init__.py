@@ -3,7 +3,8 @@
 - :mod:`._base`: the interface (:class:`LogitsSource`, :class:`Context`,
   :class:`Walker`) and the capabilities a drafter may need
   (:class:`TransformersModel`, :class:`Tokenizes`).
-- :mod:`._hf`: transformers causal LMs (KV-cache reuse, batched tree passes; GGUF files load through it).
+- :mod:`._hf`: transformers causal LMs (GGUF files load through it); their contexts (KV-cache reuse, batched
+  tree passes) in :mod:`._contexts`, the torch and device helpers in :mod:`._device`.
 - :mod:`._file`: saved-logits files (:class:`FileSource`) and :class:`Recorder`.
 - :mod:`._temperature`: :class:`TempSource`, any source at temperature T.
 - :mod:`._models`: the named models (:data:`MODELS`), :func:`check_model` and :func:`load_source`.

@@ -27,8 +27,9 @@ from ..._cache import check_writable_dir, user_cache_dir
 from ...errors import BrwsimError
 from .. import require_llm
 from ._check import check_gguf_file, check_model_files, check_model_shapes, check_tokenizer, quiet_transformers
+from ._device import check_max_prompt_tokens, check_threads, torch_device
 from ._file import FileSource
-from ._hf import HFSource, check_max_prompt_tokens, check_threads, torch_device
+from ._hf import HFSource
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -27,7 +27,7 @@ import numpy as np
 from ..drafters import DraftView, Proposer, topq_nodes
 from ..drafters._report import fixed_builder
 from ..sources import _packed
-from ..sources._hf import _torch
+from ..sources._device import _torch
 
 SEARCH_BATCH = 4  # rows per best-first step, as experiments/real_drafters.py measures (its ``batch``)
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..sources._hf import synchronize
+from ..sources._device import synchronize
 from ._draft import DraftSession, reads_features
 from ._target import TargetSession
 from ._verify import verify_tree

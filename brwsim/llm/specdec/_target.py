@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..sources._hf import _torch, additive_mask, returned_cache, synchronize, to_numpy, with_cache
+from ..sources._device import _torch, additive_mask, returned_cache, synchronize, to_numpy, with_cache
 
 
 class TargetSession:

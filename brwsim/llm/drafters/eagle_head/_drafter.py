@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from ....errors import BrwsimError
 from ...sources import _packed, rounds
-from ...sources._hf import to_numpy
+from ...sources._device import to_numpy
 from .._base import DraftModel, PassFootprint
 from .._hf import model_footprint
 from ._config import HeadConfig

@@ -1,0 +1,194 @@
+"""The contexts of a transformers causal LM (:class:`~._hf.HFSource`): one prompt's token tree and walks.
+
+One :class:`HFContext` per prompt. The prompt is run once (``logits_to_keep=1``:
+only its last position goes through the LM head) and its KV cache is kept.
+
+Tree questions (:meth:`HFContext.logprobs`) share one growing KV cache: each
+evaluated node of the token tree occupies one cache slot after the prompt,
+and a batch of new nodes (each a child of the prompt, of an evaluated node or
+of a node earlier in the same batch, so a whole chain fits) is run in ONE
+forward pass of B query tokens with a 4D attention mask (each new token sees
+the prompt, the slots of its own ancestors and itself) and
+``position_ids = len(prompt) + depth - 1``. Every node's token therefore goes
+through the model exactly once, and the answer equals full recomputation up
+to float rounding (tests/llm/test_llm.py checks it).
+
+Walks (:meth:`HFContext.walker`) copy the prompt cache ``n`` times along the
+batch axis and decode the ``n`` continuations in lock-step; finished rows are
+dropped from the cache.
+
+A Llama-architecture model (SmolLM2 and every drafter made from it) is run by
+the packed engine instead (:mod:`._packed`, :class:`PackedContext`): the same
+tree of slots, but each question is a request that :mod:`.rounds` can pack
+with other prompts' questions into one forward pass; walks are tree nodes
+too. Other architectures take the path above, one prompt per pass.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _packed, rounds
+from ._base import Context, Walker
+from ._device import _torch, additive_mask, returned_cache, with_cache
+
+if TYPE_CHECKING:
+    from ._hf import HFSource
+
+
+class PackedContext(Context):
+    """One prompt's tree on the packed engine: the prompt's keys and values, one slot per evaluated node, every
+    answer kept unless :meth:`forget` drops it. ``passes`` counts the requests this context made (the prompt's
+    included)."""
+
+    def __init__(self, src: HFSource, prompt: list[int]):
+        if not prompt:
+            raise ValueError("empty prompt")
+        self.src = src
+        self.L = len(prompt)
+        self.kv, self.root, _ = rounds.ask(src.engine, _packed.Open(prompt))
+        self.passes = 1
+        self.slots: dict[tuple[int, ...], int] = {}
+        self.answers: dict[tuple[int, ...], np.ndarray] = {(): self.root}
+
+    def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
+        """Evaluate nodes in one request; each node's parent is evaluated or comes earlier in ``nodes``."""
+        base = self.kv.used
+        new = {n: base + i for i, n in enumerate(nodes)}  # (a node asked again takes its new slot)
+        sees = [[new[a] if a in new else self.slots[a] for a in (n[:d] for d in range(1, len(n)))] for n in nodes]
+        req = _packed.Extend(self.kv, [n[-1] for n in nodes], [self.L + len(n) - 1 for n in nodes], sees)
+        rows = rounds.ask(self.src.engine, req)
+        self.passes += 1
+        for i, n in enumerate(nodes):
+            self.slots[n] = base + i
+            self.answers[n] = rows[i]
+
+    def logprobs(self, prefixes):
+        """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
+        up to ``max_pass_nodes`` per request (a whole chain in one pass). A forgotten row asked again is
+        evaluated again (a new slot with the same keys and values)."""
+        return _tree_logprobs(self, prefixes, self.slots)
+
+    def known(self, prefix) -> bool:
+        return tuple(prefix) in self.answers
+
+    def forget(self, prefixes) -> None:
+        """Drop the stored rows of these prefixes (their slots stay: their children cost nothing more)."""
+        for p in prefixes:
+            if p:
+                self.answers.pop(tuple(p), None)
+
+
+def _tree_logprobs(ctx, prefixes, evaluated=None) -> np.ndarray:
+    """Rows of ``prefixes`` from ``ctx.answers``, the missing ones evaluated first (``evaluated``: the nodes that
+    have a slot, whether or not their row is kept; default: those with a row)."""
+    prefixes = [tuple(int(t) for t in p) for p in prefixes]
+    evaluated = ctx.answers if evaluated is None else evaluated
+    need = {p for p in prefixes if p not in ctx.answers}
+    for p in prefixes:
+        for d in range(1, len(p)):
+            if p[:d] not in evaluated and p[:d] not in ctx.answers:
+                need.add(p[:d])
+    order = sorted(need, key=lambda n: (len(n), n))
+    step = ctx.src.max_pass_nodes
+    for i in range(0, len(order), step):
+        ctx._tree_step(order[i : i + step])
+    if not prefixes:
+        return np.zeros((0, ctx.src.vocab_size), np.float32)
+    return np.stack([ctx.answers[p] for p in prefixes])
+
+
+class HFContext(Context):
+    def __init__(self, src: HFSource, prompt: list[int]):
+        torch = _torch()
+        if not prompt:
+            raise ValueError("empty prompt")
+        self.src = src
+        self.L = len(prompt)
+        ids = torch.tensor([prompt], device=src.device)
+        out = src.ask_forward(input_ids=ids, logits_to_keep=1)
+        self.passes = 1
+        self.prompt_cache = returned_cache(out)
+        self.root = src.logp_rows(out.logits[0, -1:])[0]
+        self.tree_cache = None
+        self.slots: dict[tuple[int, ...], int] = {(): -1}
+        self.answers: dict[tuple[int, ...], np.ndarray] = {(): self.root}
+
+    def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
+        """Evaluate nodes in one forward pass; each node's parent has a slot or comes earlier in ``nodes``."""
+        torch = _torch()
+        src = self.src
+        if self.tree_cache is None:
+            self.tree_cache = copy.deepcopy(self.prompt_cache)
+        S = len(self.slots) - 1  # slots used so far
+        B = len(nodes)
+        slots = {n: S + i for i, n in enumerate(nodes)}
+        allowed = torch.zeros((B, self.L + S + B), dtype=torch.bool)
+        allowed[:, : self.L] = True
+        rows, cols = [], []
+        for i, node in enumerate(nodes):
+            for d in range(1, len(node) + 1):
+                a = node[:d]
+                rows.append(i)
+                cols.append(self.L + (self.slots[a] if a in self.slots else slots[a]))
+        allowed[torch.tensor(rows), torch.tensor(cols)] = True
+        mask = additive_mask(allowed, src.dtype)
+        ids = torch.tensor([[n[-1] for n in nodes]], device=src.device)
+        pos = torch.tensor([[self.L + len(n) - 1 for n in nodes]], device=src.device)
+        out = src.ask_forward(
+            input_ids=ids,
+            position_ids=pos,
+            attention_mask=mask[None, None].to(src.device),
+            **with_cache(src.model, self.tree_cache),
+        )
+        self.passes += 1
+        self.tree_cache = returned_cache(out)
+        rows = src.logp_rows(out.logits[0])
+        for i, n in enumerate(nodes):
+            self.slots[n] = S + i
+            self.answers[n] = rows[i]
+
+    def known(self, prefix) -> bool:
+        return tuple(prefix) in self.answers
+
+    def logprobs(self, prefixes):
+        """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
+        up to ``max_pass_nodes`` per forward pass (a whole chain in one pass)."""
+        return _tree_logprobs(self, prefixes)
+
+    def walker(self, n: int) -> HFWalker:
+        return HFWalker(self, n)
+
+
+class HFWalker(Walker):
+    def __init__(self, ctx: HFContext, n: int):
+        super().__init__(ctx, n)
+        self.cache = copy.deepcopy(ctx.prompt_cache)
+        if n > 1:
+            self.cache.batch_repeat_interleave(n)
+        self.depth = 0
+
+    def step(self, tokens):
+        torch = _torch()
+        src = self.ctx.src
+        if len(tokens) != len(self.prefixes):
+            raise ValueError(f"walker has {len(self.prefixes)} rows, got {len(tokens)} tokens")
+        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
+        n = len(tokens)
+        ids = torch.tensor([[int(t)] for t in tokens], device=src.device)
+        pos = torch.full((n, 1), self.ctx.L + self.depth, device=src.device)
+        out = src.ask_forward(input_ids=ids, position_ids=pos, **with_cache(src.model, self.cache))
+        self.ctx.passes += 1
+        self.cache = returned_cache(out)
+        self.depth += 1
+        return src.logp_rows(out.logits[:, -1])
+
+    def keep(self, rows):
+        torch = _torch()
+        rows = list(rows)
+        if rows != list(range(len(self.prefixes))):
+            self.cache.batch_select_indices(torch.tensor(rows, dtype=torch.long, device=self.ctx.src.device))
+        self.prefixes = [self.prefixes[i] for i in rows]
