@@ -4,28 +4,31 @@ The real-drafters rows value each drafter's tree once, at the prompt's end.
 A generation of N tokens calls the target at positions along its own
 continuation, where the text is the model's, not the prompt's. Per prompt (the
 first ``--n`` per task of the real-drafters run's order: the planner's
-prompts, none of which experiments.end_to_end scores), one continuation of
-``max(OFFSETS)`` tokens is sampled from the target at temperature 1 (seeded
-per prompt), and at each offset k of OFFSETS the text prompt + its first k
-continuation tokens is valued: the oracle tree T*_P and each drafter's fixed
-builder (top-P-by-Q for a drafter with a q, the lookup tree for a proposer;
-the builders of the real-drafters rows), E[X] at P = 1..P_max exact from the
-target's rows. A prompt's value is the mean over its offsets (the offsets of
-one prompt share its text, so the prompt is the unit); rows: the mean over
-prompts with its Student t 95% half-width, per task, drafter and P, in the
-real-drafters rows' format (statistics ``oracle`` and ``fixed``), so the
-planner (experiments.speedup) reads them the same way.
+prompts, none of which experiments.end_to_end scores), one continuation is
+sampled from the target at temperature 1 (seeded per prompt), and at one
+offset drawn uniformly in each of STRATA equal strata of the first SPAN
+positions (SPAN = 128, the end-to-end run's generation; seeded per prompt) the
+text prompt + its first k continuation tokens is valued: the oracle tree T*_P
+and each drafter's fixed builder (top-P-by-Q for a drafter with a q, the
+lookup tree for a proposer; the builders of the real-drafters rows), E[X] at
+P = 1..P_max exact from the target's rows. A prompt's value is the mean over
+its strata, an unbiased estimate of its mean over the SPAN positions (the
+offsets of one prompt share its text, so the prompt is the unit); rows: the
+mean over prompts with its Student t 95% half-width, per task, drafter and P,
+in the real-drafters rows' format (statistics ``oracle`` and ``fixed``), so
+the planner (experiments.speedup) reads them the same way; rows
+``fixed_stratum`` give each stratum's mean beside.
 
-What it assumes: the loop's calls land on the offsets' positions as often as
-on any other of the first ``max(OFFSETS) + 32`` positions (a call's position
-depends on the earlier calls' accepted tokens; the end-to-end run measures what
-the loop gets).
+What it assumes: the loop's calls land on every position of the generation
+as often (a call's position depends on the earlier calls' accepted tokens; the
+end-to-end run measures what the loop gets).
 
 Prompts are measured ``--prompt-batch`` at a time per process, their passes
 packed, in ``--workers`` processes; every prompt is cached, so a stopped run
 resumes; ``--budget-seconds S`` starts no new prompt after S seconds. Writes
 results/continuation.{csv,jsonl} and figures/continuation_table.md. ``--quick``:
-one prompt per task, P <= 4, offsets 0 and 4, layer skipping and lookup only.
+one prompt per task, P <= 4, two strata of the first 8 positions, layer
+skipping and lookup only.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from experiments import common
 NAME = "continuation"
 MODEL = "smollm2-135m"
 TASKS = ("humaneval", "pydoc", "sharegpt")
-OFFSETS = (0, 32, 64, 96)
+SPAN, STRATA = 128, 4  # the positions a generation of the end-to-end run calls the target at, in equal strata
 # the real-drafters rows' drafters (layerskip:auto,n=8 chose layers 13-20 there: its rows' name)
 DRAFTERS = ("layerskip:skip=14-17", "layerskip:skip=13-20", "lowbit:bits=4", "lowbit:bits=3", "lookup:n=3",
             "eagle-head:chat")  # fmt: skip
@@ -54,8 +57,17 @@ def settings(quick: bool, seed: int, n: int | None = None) -> dict:
     drafters = ["layerskip:skip=14-17", "lookup:n=3"] if quick else list(DRAFTERS)
     base = dict(model=MODEL, tasks=list(TASKS), seed=seed, batch=4, threads=1, T=1.0, drafters=drafters, sizes=True)
     if quick:
-        return base | dict(n=n or 1, P_max=4, offsets=[0, 4])
-    return base | dict(n=n or 16, P_max=64, offsets=list(OFFSETS))
+        return base | dict(n=n or 1, P_max=4, span=8, strata=2)
+    return base | dict(n=n or 16, P_max=64, span=SPAN, strata=STRATA)
+
+
+def offsets_of(params: dict, prompt) -> list[int]:
+    """One offset drawn uniformly in each stratum of the first ``span`` positions (seeded per prompt)."""
+    from brwsim.llm.measure import prompt_rng
+
+    w = params["span"] // params["strata"]
+    rng = np.random.default_rng([23, *prompt_rng(params["seed"], prompt).integers(0, 2**32, 2)])
+    return [j * w + int(rng.integers(w)) for j in range(params["strata"])]
 
 
 _OPEN: dict = {}
@@ -116,23 +128,24 @@ def values_at(target, drafters, ids: list[int], P_max: int, batch: int) -> tuple
 
 
 def measure_one(params: dict, prompt) -> list[dict]:
-    """One prompt's values at every offset of its sampled continuation."""
+    """One prompt's values at its offsets (one a stratum) of its sampled continuation."""
     from brwsim.llm.measure import prompt_rng
 
     target, drafters = _open(params)
     t0 = time.perf_counter()
     ids = list(target.encode(prompt.text))
-    cont = continuation(target.open(ids), max(params["offsets"]), prompt_rng(params["seed"], prompt))
-    at = {k: values_at(target, drafters, ids + cont[:k], params["P_max"], params["batch"]) for k in params["offsets"]}
+    offsets = offsets_of(params, prompt)
+    cont = continuation(target.open(ids), max(offsets), prompt_rng(params["seed"], prompt))
+    at = [values_at(target, drafters, ids + cont[:k], params["P_max"], params["batch"]) for k in offsets]
     secs = time.perf_counter() - t0
     print(f"{prompt.task} {prompt.id}: {secs:.1f} s", flush=True)
     return [{"task": prompt.task, "id": prompt.id, "prompt_tokens": len(ids), "continuation": cont,
-             "values": {str(k): v for k, (v, _) in at.items()}, "sizes": {str(k): n for k, (_, n) in at.items()},
-             "seconds": secs}]  # fmt: skip
+             "offsets": offsets, "values": {str(j): v for j, (v, _) in enumerate(at)},
+             "sizes": {str(j): n for j, (_, n) in enumerate(at)}, "seconds": secs}]  # fmt: skip
 
 
 def point_key(params: dict, prompt) -> dict:
-    keys = ("model", "drafters", "P_max", "offsets", "seed", "batch", "T", "sizes")
+    keys = ("model", "drafters", "P_max", "span", "strata", "seed", "batch", "T", "sizes")
     return {k: params[k] for k in keys} | {"task": prompt.task, "id": prompt.id, "text": prompt.text,
                                            "version": brwsim.__version__}  # fmt: skip
 
@@ -159,36 +172,40 @@ def budgets(P_max: int) -> list[int]:
 
 def aggregate(params: dict, points: list[dict]) -> list[dict]:
     """Rows in the real-drafters format: per task, ``oracle`` and each drafter's ``fixed`` value per P, the mean
-    over prompts of each prompt's mean over its offsets, with the Student t 95% half-width over prompts."""
+    over prompts of each prompt's mean over its strata, with the Student t 95% half-width over prompts; the nodes
+    each drafter drafts (``drafted_nodes``) and each stratum's mean (``fixed_stratum``) beside."""
     rows = []
     for task in params["tasks"]:
         pts = [p for p in points if p["task"] == task]
         if not pts:
             continue
         label = f"{params['model']}/{task}"
-        names = list(pts[0]["values"][str(params["offsets"][0])])
+        strata = [str(j) for j in range(params["strata"])]
+        names = list(pts[0]["values"]["0"])
+        w = params["span"] // params["strata"]
+        where = f"along the continuation: one offset a stratum of {w} of the first {params['span']} positions"
         for name in names:
-            per = np.array([[p["values"][str(k)][name] for k in params["offsets"]] for p in pts])  # [n, K, P]
+            per = np.array([[p["values"][j][name] for j in strata] for p in pts])  # [n, strata, P]
             prompt_means = per.mean(axis=1)
             stat, drafter = ("oracle", None) if name == "oracle" else ("fixed", name)
-            extra = dict(drafter=drafter, task=task, offsets=params["offsets"], where="along the continuation")
+            extra = dict(drafter=drafter, task=task, where=where)
             for P in budgets(params["P_max"]):
                 m, c = mean_ci95(prompt_means[:, P - 1].tolist())
                 rows.append(common.row(label, P, stat, float(m), None if len(pts) < 2 else float(c), len(pts),
                                        params["seed"], **extra))  # fmt: skip
                 if name != "oracle":  # the nodes it drafts at P: min(P, its tree's size), over prompts and offsets
-                    n = [min(P, p["sizes"][str(k)][name]) for p in pts for k in params["offsets"]]
+                    n = [min(P, p["sizes"][j][name]) for p in pts for j in strata]
                     counts = sorted(collections.Counter(n).items())
-                    m, c = mean_ci95([float(np.mean([min(P, p["sizes"][str(k)][name]) for k in params["offsets"]]))
-                                      for p in pts])  # fmt: skip
+                    m, c = mean_ci95([float(np.mean([min(P, p["sizes"][j][name]) for j in strata])) for p in pts])
                     rows.append(common.row(label, P, "drafted_nodes", float(m), None if len(pts) < 2 else float(c),
                                            len(pts), params["seed"], distribution=[[k, v / len(n)] for k, v in counts],
                                            **extra))  # fmt: skip
-            if name != "oracle":  # the value at the prompt's end (offset 0) beside, for the comparison
-                for P in sorted({P for P in (8, 32, params["P_max"]) if P <= params["P_max"]}):
-                    m, c = mean_ci95(per[:, 0, P - 1].tolist())
-                    rows.append(common.row(label, P, "fixed_at_prompt_end", float(m), None if len(pts) < 2 else
-                                           float(c), len(pts), params["seed"], drafter=name, task=task))  # fmt: skip
+            for P in sorted({P for P in (8, 32, params["P_max"]) if P <= params["P_max"]}):  # by stratum
+                for j in range(params["strata"]):
+                    m, c = mean_ci95(per[:, j, P - 1].tolist())
+                    rows.append(common.row(label, P, "fixed_stratum", float(m), None if len(pts) < 2 else float(c),
+                                           len(pts), params["seed"], drafter=drafter, task=task, stratum=j,
+                                           positions=[j * w, (j + 1) * w]))  # fmt: skip
     return rows
 
 
@@ -197,13 +214,16 @@ def _pm(r: dict) -> str:
 
 
 def table(rows: list[dict], params: dict) -> str:
-    lines = ["| task | drafter | P | E[X] along the continuation | at the prompt's end (offset 0) | prompts |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    end = {(r["task"], r["drafter"], r["P"]): r for r in rows if r["statistic"] == "fixed_at_prompt_end"}
+    w = params["span"] // params["strata"]
+    heads = [f"positions {j * w}-{(j + 1) * w - 1}" for j in range(params["strata"])]
+    lines = ["| task | drafter | P | E[X] along the continuation | " + " | ".join(heads) + " | prompts |",
+             "| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in heads) + " | ---: |"]  # fmt: skip
+    by = {(r["task"], r["drafter"], r["P"], r["stratum"]): r for r in rows if r["statistic"] == "fixed_stratum"}
     for r in rows:
-        if r["statistic"] == "fixed" and (r["task"], r["drafter"], r["P"]) in end:
-            e = end[(r["task"], r["drafter"], r["P"])]
-            lines.append(f"| {r['task']} | {r['drafter']} | {r['P']} | {_pm(r)} | {_pm(e)} | {r['trees']} |")
+        if r["statistic"] in ("fixed", "oracle") and (r["task"], r["drafter"], r["P"], 0) in by:
+            cells = " | ".join(f"{by[(r['task'], r['drafter'], r['P'], j)]['mean']:.3f}" for j in range(len(heads)))
+            name = r["drafter"] or "oracle"
+            lines.append(f"| {r['task']} | {name} | {r['P']} | {_pm(r)} | {cells} | {r['trees']} |")
     return "\n".join(lines) + "\n"
 
 

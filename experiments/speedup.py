@@ -432,8 +432,7 @@ def ex_source(rows: list[dict], along: list[dict], label: str):
     sel = [r for r in along if r["law"] == label]
     if sel:
         n = max(r["trees"] for r in sel)
-        offsets = sel[0].get("offsets")
-        return sel, lambda name: f"E[X] along the target's continuations, offsets {offsets}, {n} prompts"
+        return sel, lambda name: f"E[X] {sel[0].get('where', 'along the continuation')}, {n} prompts"
     n = max((r["trees"] for r in rows if r["law"] == label and r["statistic"] == "oracle"), default=0)
     return rows, lambda name: f"E[X] at the prompts' end, {n} prompts"
 

@@ -13,13 +13,13 @@ LABEL = f"smollm2-135m/{TASK}"
 
 
 def _points():
-    # two prompts, offsets 0 and 8, P_max 4: the oracle, a drafter with a q (always 4 nodes) and a proposer whose
-    # trees have 1, 4, 0 and 2 nodes
+    # two prompts, two strata, P_max 4: the oracle, a drafter with a q (always 4 nodes) and a proposer whose trees
+    # have 1, 4, 0 and 2 nodes
     def point(pid, oracle, lookup, sizes):
-        values = {str(k): {"oracle": oracle[i], "layerskip:skip=14-17": [x / 2 for x in oracle[i]],
-                           "lookup:n=3": lookup[i]} for i, k in enumerate((0, 8))}  # fmt: skip
-        sz = {str(k): {"layerskip:skip=14-17": 4, "lookup:n=3": sizes[i]} for i, k in enumerate((0, 8))}
-        return {"task": TASK, "id": pid, "values": values, "sizes": sz, "seconds": 1.0}
+        values = {str(j): {"oracle": oracle[j], "layerskip:skip=14-17": [x / 2 for x in oracle[j]],
+                           "lookup:n=3": lookup[j]} for j in (0, 1)}  # fmt: skip
+        sz = {str(j): {"layerskip:skip=14-17": 4, "lookup:n=3": sizes[j]} for j in (0, 1)}
+        return {"task": TASK, "id": pid, "offsets": [1, 6], "values": values, "sizes": sz, "seconds": 1.0}
 
     return [
         point("a", [[0.5, 0.9, 1.2, 1.4], [0.7, 1.1, 1.5, 1.8]], [[0.3] * 4, [0.2, 0.3, 0.35, 0.4]], [1, 4]),
@@ -28,7 +28,7 @@ def _points():
 
 
 def _params():
-    return dict(model="smollm2-135m", tasks=[TASK], seed=0, P_max=4, offsets=[0, 8])
+    return dict(model="smollm2-135m", tasks=[TASK], seed=0, P_max=4, span=8, strata=2)
 
 
 def test_rows_are_means_over_offsets_then_prompts_with_the_drafted_nodes():
@@ -47,9 +47,13 @@ def test_rows_are_means_over_offsets_then_prompts_with_the_drafted_nodes():
     d = get[("drafted_nodes", "lookup:n=3", 2)]
     assert d["distribution"] == [[0, 0.25], [1, 0.25], [2, 0.5]] and d["mean"] == pytest.approx(1.25)
     assert get[("drafted_nodes", "layerskip:skip=14-17", 4)]["distribution"] == [[4, 1.0]]
-    # the value at the prompt's end (offset 0) beside, only at the table's budgets
-    assert get[("fixed_at_prompt_end", "lookup:n=3", 4)]["mean"] == pytest.approx(0.15)
-    assert ("fixed_at_prompt_end", "lookup:n=3", 2) not in get
+    # each stratum's mean beside, only at the table's budgets
+    strata = {(r["drafter"], r["P"], r["stratum"]): r for r in rows if r["statistic"] == "fixed_stratum"}
+    assert strata[("lookup:n=3", 4, 0)]["mean"] == pytest.approx(0.15) and strata[("lookup:n=3", 4, 1)]["mean"] == 0.5
+    assert strata[(None, 4, 1)]["positions"] == [4, 8] and ("lookup:n=3", 2, 0) not in strata
+    from experiments.continuation import table
+
+    assert "| humaneval | lookup:n=3 | 4 | 0.325 +- " in table(rows, _params())
 
 
 def test_the_planner_reads_the_continuation_and_charges_the_nodes_drafted():
@@ -59,7 +63,7 @@ def test_the_planner_reads_the_continuation_and_charges_the_nodes_drafted():
     along = aggregate(_params(), _points())
     end = [{"law": LABEL, "statistic": "oracle", "P": 1, "trees": 64, "mean": 0.5, "ci95": 0.1}]
     src, where = speedup.ex_source(end, along, LABEL)
-    assert src is not end and "along the target's continuations, offsets [0, 8], 2 prompts" in where("x")
+    assert src is not end and where("x").endswith("a stratum of 4 of the first 8 positions, 2 prompts")
     src, where = speedup.ex_source(end, [], LABEL)
     assert src is end and where(None) == "E[X] at the prompts' end, 64 prompts"
     nodes = speedup.drafted(along, LABEL, "lookup:n=3")
@@ -87,3 +91,15 @@ def test_the_loops_verify_time_comes_from_the_drafters_that_fill_their_budget():
     assert loop_verify_cost(lookup, 0.1) is None and loop_verify_cost(None, 0.1) is None
     old = {k: v for k, v in model["a"].items() if k not in ("verify", "verify_ci95", "drafted")}
     assert loop_verify_cost({"a": old}, 0.1) is None  # a calibration made before the loop's verify was kept
+
+
+def test_one_offset_a_stratum_seeded_per_prompt():
+    from brwsim.llm.sources._prompts import Prompt
+    from experiments.continuation import offsets_of
+
+    params = dict(seed=0, span=128, strata=4)
+    got = {p: offsets_of(params, Prompt("humaneval", p, "x")) for p in ("a", "b", "c", "d")}
+    for offs in got.values():
+        assert [k // 32 for k in offs] == [0, 1, 2, 3]  # one in each stratum of 32 positions
+    assert got["a"] == offsets_of(params, Prompt("humaneval", "a", "x")) and len({tuple(o) for o in got.values()}) > 1
+    assert offsets_of(params | {"seed": 1}, Prompt("humaneval", "a", "x")) != got["a"]
