@@ -752,7 +752,8 @@ def test_verify_cost_presets_custom_and_csv(tmp_path):
 
 def test_verify_cost_takes_the_shape_of_a_loaded_model():
     cfg = SimpleNamespace(num_attention_heads=2, hidden_size=8, num_hidden_layers=1)
-    src = SimpleNamespace(model=_fake_hf(cfg), tokenizer=None, device="cpu", max_prompt_tokens=9, name="tiny")
+    src = SimpleNamespace(model=_fake_hf(cfg), tokenizer=None, device="cpu", max_prompt_tokens=9, engine=None,
+                          name="tiny")  # the TransformersModel capability, engine included  # fmt: skip
     assert verify_cost("h200", source=src).shape == ModelShape("tiny", 60.0, 1, 2, 4, 8)
     assert verify_cost("h200", source=src, params=5).shape == ModelShape("5 params", 5.0)
     with pytest.raises(BrwsimError, match="the roofline needs the target's size"):
