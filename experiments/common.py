@@ -291,6 +291,19 @@ def add_prompt_options(ap: argparse.ArgumentParser, budget_help: str) -> None:
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # K/N: this process measures share K of N
 
 
+BUDGET_HELP = "measure no new prompt after this many seconds (each process; 0: score only the prompts already measured)"
+
+
+def prompt_args(name: str, doc: str, argv, budget_help: str = BUDGET_HELP) -> tuple[argparse.ArgumentParser, object]:
+    """(parser, checked arguments) of an experiment that measures prompts: :func:`parser` with
+    :func:`add_prompt_options`, parsed from ``argv`` and checked by :func:`check_prompt_options`."""
+    ap = parser(name, doc)
+    add_prompt_options(ap, budget_help)
+    args = ap.parse_args(argv)
+    check_prompt_options(ap, args)
+    return ap, args
+
+
 def check_prompt_options(ap: argparse.ArgumentParser, args) -> None:
     if args.n is not None and args.n < 1:
         ap.error("--n must be at least 1")

@@ -194,9 +194,10 @@ def aggregate(params: dict, points: list[dict]) -> list[dict]:
                 rows.append(common.row(label, P, stat, float(m), None if len(pts) < 2 else float(c), len(pts),
                                        params["seed"], **extra))  # fmt: skip
                 if name != "oracle":  # the nodes it drafts at P: min(P, its tree's size), over prompts and offsets
-                    n = [min(P, p["sizes"][j][name]) for p in pts for j in strata]
+                    per_prompt = [[min(P, p["sizes"][j][name]) for j in strata] for p in pts]
+                    n = [k for ks in per_prompt for k in ks]
                     counts = sorted(collections.Counter(n).items())
-                    m, c = mean_ci95([float(np.mean([min(P, p["sizes"][j][name]) for j in strata])) for p in pts])
+                    m, c = mean_ci95([float(np.mean(ks)) for ks in per_prompt])
                     rows.append(common.row(label, P, "drafted_nodes", float(m), None if len(pts) < 2 else float(c),
                                            len(pts), params["seed"], distribution=[[k, v / len(n)] for k, v in counts],
                                            **extra))  # fmt: skip
@@ -228,11 +229,7 @@ def table(rows: list[dict], params: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = common.parser(NAME, __doc__.splitlines()[0])
-    common.add_prompt_options(ap, "measure no new prompt after this many seconds (each process; 0: score only the "
-                                  "prompts already measured)")  # fmt: skip
-    args = ap.parse_args(argv)
-    common.check_prompt_options(ap, args)
+    ap, args = common.prompt_args(NAME, __doc__.splitlines()[0], argv)
     params = settings(args.quick, args.seed, args.n)
     from brwsim.llm import require_llm
 

@@ -442,11 +442,7 @@ def table(rows: list[dict], params: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = common.parser(NAME, __doc__.splitlines()[0])
-    common.add_prompt_options(ap, "measure no new prompt after this many seconds (each process; 0: score only the "
-                                  "prompts already measured)")  # fmt: skip
-    args = ap.parse_args(argv)
-    common.check_prompt_options(ap, args)
+    ap, args = common.prompt_args(NAME, __doc__.splitlines()[0], argv)
     params = settings(args.quick, args.seed, args.n)
     from brwsim.llm import require_llm
 

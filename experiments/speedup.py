@@ -36,8 +36,9 @@ for comparison and for the early-exit drafters. Where the best P is the largest
 budget whose E[X] was measured, the row says "at least P, still rising".
 The real drafters' tables (and the oracle's beside them) read E[X] along the
 target's own continuations (experiments.continuation: each drafter's fixed
-builder valued at offsets 0, 32, 64, 96 of a sampled continuation of the
-planner's prompts, where a generation calls the target) when those rows exist,
+builder valued at one offset in each quarter of the first 128 positions of a
+sampled continuation of the planner's prompts, where a generation calls the
+target) when those rows exist,
 else the real-drafters rows at the prompts' end; the verifier is charged at
 the nodes a drafter drafts per call (a proposer's tree is often smaller than
 P: the weighted mean of t_verify over those counts). On this CPU, where the
@@ -421,7 +422,8 @@ def loop_verify_cost(calls: dict | None, t0: float):
     if not full:
         return None
     Ps = sorted(set.intersection(*(set(r.P) for r in full)))
-    pts = {0: t0} | {P: t0 * statistics.fmean(r.verify[r.P.index(P)] for r in full) for P in Ps}
+    tables = [r.verify_cost(t0) for r in full]
+    pts = {0: t0} | {P: statistics.fmean(t.t_verify(P) for t in tables) for P in Ps}
     return TableCost(pts, "measured", f"verifying per call in speculative decoding here ({len(full)} drafters' loops)")
 
 
