@@ -317,7 +317,7 @@ def drafter_calls(params: dict, names: list[str]) -> dict:
             continue
         key = {"what": "drafter_calls", "name": name, "P": params["P"], "node": platform.node()}
         key |= _device_key(params) | {k: params[k] for k in ("seed", "calls_prompts", "calls_tokens", "quick")}
-        key |= {"version": brwsim.__version__}
+        key |= {"version": brwsim.__version__, "verify": True}  # the loop's verifying seconds kept per call
         (out[name],) = common.cached(NAME, key, lambda name=name, spec=spec: [_calls_of(params, name, spec)])
     return out
 
