@@ -51,9 +51,11 @@ def print_llm(d: dict, out=None) -> None:
             print(note, file=out)
         print_drafters(t, out)
     tm = d["timing"]
+    moved = tm.get("host_bytes_per_node")
+    moved = f"; {moved / 1024:.1f} KiB per node from the model's device to the host" if moved else ""
     print(
         f"model phase {tm['model_phase_seconds']:.1f} s, {100 * (tm['forward_fraction'] or 0):.0f}% in forward "
-        f"passes; load {tm['load_seconds']:.1f} s; total {tm['total_seconds']:.1f} s",
+        f"passes; load {tm['load_seconds']:.1f} s; total {tm['total_seconds']:.1f} s{moved}",
         file=out,
     )
 

@@ -229,7 +229,7 @@ def _drafting(args, d, source, cost, P, opts) -> DraftCost:
     drafting seconds per call over the plain step around it, times the table's step; on a roofline, its measured
     passes per call at the roofline's pass time for its footprint; on another cost model (a csv table, no
     footprint), its one pass per node derived from its size."""
-    fp = d.footprint() if hasattr(d, "footprint") else None
+    fp = d.footprint()
     if args.hardware.strip() != "cpu-measured" and not (isinstance(cost, RooflineCost) and fp is not None):
         return derived_draft_cost(cost, d, args.bytes_per_param, args.context)
     prompts = load_prompts(opts.prompts, opts.n)[: args.draft_prompts]

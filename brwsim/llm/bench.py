@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import BrwsimError, check_positive_int
 from ..speedup._timing import _synced_times
-from .sources import load_source
+from .sources import NodeQuery, load_source
 from .sources._device import synchronize, to_numpy
 from .sources._prompts import humaneval
 
@@ -85,8 +85,8 @@ def _decode_and_tree(src, ids, repeat: int) -> dict:
     # one tree pass of 16 nodes (two levels) vs path-by-path recomputation
     top = np.argsort(-ctx.root)[:4]
     level1 = [(int(t),) for t in top]
-    ctx.logprobs(level1)
-    level2 = [(a[0], int(b)) for a in level1 for b in np.argsort(-ctx.answers[a])[:4]]
+    kids = ctx.query(level1, NodeQuery(K=4)).ids
+    level2 = [(a[0], int(b)) for a, row in zip(level1, kids, strict=True) for b in row]
 
     def tree_pass():
         c = src.open(ids)

@@ -209,6 +209,7 @@ class Timing:
     forward_seconds: float
     forward_fraction: float | None
     total_seconds: float
+    host_bytes_per_node: float | None = None  # bytes from the target's device to the host per node answered
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

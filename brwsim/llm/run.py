@@ -318,6 +318,10 @@ def _run(opts: RunOptions, items: list, source, log, opened) -> RunResult:
     if opts.record:
         _save_record(recorder, opts.record)
     timing = _timing(inner, f0, model_seconds, t_all)
+    results = [r for pairs in by_task.values() for r, _ in pairs]
+    nodes = sum(r.host_nodes for r in results)
+    if nodes:
+        timing = dataclasses.replace(timing, host_bytes_per_node=sum(r.host_bytes for r in results) / nodes)
     settings = opts.to_dict()
     if processes.count() > 1 and interrupts.received() is not None and interrupts.by() is None:
         # a signal after the measurement's exchange: every prompt finished; this process says it was signalled

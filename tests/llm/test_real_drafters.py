@@ -337,9 +337,10 @@ def test_eagle_head_contract_with_a_stand_in(tiny, monkeypatch):
 
     from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
     from brwsim.llm.drafters import open_drafter as open_llm_drafter
+    from brwsim.llm.sources import HostQuery
     from brwsim.llm.sources._prompts import Prompt
 
-    class Ctx:
+    class Ctx(HostQuery):
         def __init__(self, ids):
             self.ids, self.passes = list(ids), 0
 

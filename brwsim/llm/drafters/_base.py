@@ -30,6 +30,7 @@ import numpy as np
 
 from ..._spec import Spec, parse_spec
 from ...errors import BrwsimError
+from ..sources import NodeAnswer, NodeQuery
 
 DRAFTERS: dict[str, type[Drafter]] = {}
 
@@ -86,12 +87,15 @@ NO_PASS = PassFootprint(what="no model pass (proposals from the context)")
 
 
 class DraftContext(Protocol):
-    """A drafter's questions about its tree below one prompt: its rows, whether a row is already computed (None:
-    cannot tell), dropping rows the caller no longer needs, and the passes it took."""
+    """A drafter's questions about its tree below one prompt: its rows, the node query (what a builder reads of
+    them, answered where the drafter runs; :class:`~brwsim.llm.sources.NodeQuery`), whether a row is already
+    computed (None: cannot tell), dropping rows the caller no longer needs, and the passes it took."""
 
     passes: int
 
     def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray: ...
+
+    def query(self, prefixes: Sequence[tuple[int, ...]], q: NodeQuery) -> NodeAnswer: ...
 
     def known(self, prefix: tuple[int, ...]) -> bool | None: ...
 

@@ -92,6 +92,10 @@ class HFDraftContext:
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)
 
+    def query(self, prefixes, q):
+        """The node query, answered where the drafter's model runs."""
+        return self.inner.query(prefixes, q)
+
     def known(self, prefix) -> bool | None:
         """Whether the prefix's row is already computed (asking for it costs no pass)."""
         return self.inner.known(prefix)

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from ..measure import PromptResult, open_walks_oracle
-from ..sources import Context, Prompt, TempSource, Walker
+from ..sources import Context, NodeQuery, Prompt, TempSource, Walker, WrappedWalker
 from ..sources.rounds import attributed, fork, phase
 from ._base import Drafter, Proposer
 from ._builders import EAGLE_DEPTH, EAGLE_TOP_K, ChainGuess, chain_nodes, eagle_nodes, sequoia_trees, topq_nodes
@@ -80,21 +80,16 @@ class _StatsContext(Context):
         return _StatsWalker(self, n)
 
 
-class _StatsWalker(Walker):
+class _StatsWalker(WrappedWalker):
+    """The target's walker, every step's whole rows recorded (answered on the host: the divergences need them)."""
+
     def __init__(self, ctx: _StatsContext, n: int):
-        super().__init__(ctx, n)
-        self.inner = ctx.inner.walker(n)
+        super().__init__(ctx, ctx.inner.walker(n))
         ctx.record([()] * n, np.broadcast_to(ctx.root, (n, ctx.root.shape[0])))
 
-    def step(self, tokens):
-        rows = self.inner.step(tokens)
-        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
+    def rows(self, rows):
         self.ctx.record(self.prefixes, rows)
         return rows
-
-    def keep(self, rows):
-        self.inner.keep(rows)
-        self.prefixes = [self.prefixes[i] for i in rows]
 
 
 def q_surprisals(view: DraftView, tokens: list, depth: int) -> np.ndarray:
@@ -102,9 +97,10 @@ def q_surprisals(view: DraftView, tokens: list, depth: int) -> np.ndarray:
     xq = np.full((len(tokens), depth), np.nan)
     nodes = [(w, d, tuple(t[:d]), t[d]) for w, t in enumerate(tokens) for d in range(len(t))]
     if nodes:
-        rows = view.logprobs([n[2] for n in nodes])
-        for (w, d, _, tok), row in zip(nodes, rows, strict=True):
-            xq[w, d] = -float(row[tok])
+        at = np.array([(i, n[3]) for i, n in enumerate(nodes)], np.int64)
+        lq = view.query([n[2] for n in nodes], NodeQuery(at=at)).at_logp
+        for (w, d, _, _), x in zip(nodes, lq, strict=True):
+            xq[w, d] = -float(x)
     return xq
 
 
@@ -200,8 +196,11 @@ def measure_prompt_drafters(
     attributed(reset=True)
     tsrc = TempSource(target, st.T) if st.T != 1.0 else target
     eos = target.eos_ids
-    # the walks run on a context that records their rows, for the drafters' statistics along them
-    walk_ctx = lambda c: _StatsContext(c, [None] * len(drafters))  # noqa: E731
+    # the walks run on a context that records their rows, for the draft models' statistics along them (without
+    # one, they ask the target only what they read: no whole row crosses to the host)
+    walk_ctx = None
+    if any(not isinstance(d, Proposer) for d in drafters):
+        walk_ctx = lambda c: _StatsContext(c, [None] * len(drafters))  # noqa: E731
     m = open_walks_oracle(tsrc, prompt, P_max, st.walks, st.depth, st.seed, st.batch, walk_ctx=walk_ctx)
     ids, tctx, w, o, rng, sctx = m.ids, m.ctx, m.walks, m.oracle, m.rng, m.walked_on
     walked = [tuple(t[: d + 1]) for t in (w.tokens if w is not None else []) for d in range(len(t))]

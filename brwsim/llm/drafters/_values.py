@@ -7,8 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from ..measure import sample_rows
-from ..sources import Context
+from ..sources import Context, NodeQuery
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,10 +28,16 @@ class PromptCheck:
 
 
 def target_logP(tctx: Context, nodes) -> np.ndarray:
-    """log P(v) under the target (its ancestors' rows) of each node."""
+    """log P(v) under the target of each node: the sum of its tokens' log-probabilities in its ancestors' rows
+    (one query: only those log-probabilities cross to the host)."""
     need = sorted({p[:d] for p in nodes for d in range(len(p))})
-    rows = dict(zip(need, tctx.logprobs(need), strict=True)) if need else {}
-    return np.array([sum(float(rows[p[:d]][p[d]]) for d in range(len(p))) for p in nodes])
+    if not need:
+        return np.zeros(len(nodes))
+    row = {p: i for i, p in enumerate(need)}
+    edges = sorted({(row[p[:d]], p[d]) for p in nodes for d in range(len(p))})
+    lp = tctx.query(need, NodeQuery(at=np.array(edges, np.int64))).at_logp
+    at = {e: float(x) for e, x in zip(edges, lp, strict=True)}
+    return np.array([sum(at[row[p[:d]], p[d]] for d in range(len(p))) for p in nodes])
 
 
 def prefix_values(tctx: Context, nodes, P_max: int) -> np.ndarray:
@@ -61,9 +66,8 @@ def speculative_check(tctx: Context, nodes, samples: int, rng: np.random.Generat
     alive = np.arange(samples)
     paths: list[tuple[int, ...]] = [()]  # the walker's rows: distinct accepted paths
     row_of = np.zeros(samples, dtype=np.int64)  # each live call's row
-    rows = tctx.root[None]
+    tok = tctx.query([()], NodeQuery(u=rng.random(samples), u_rows=row_of)).sample
     while True:
-        tok = sample_rows(rows, rng, row_of)
         nxt = [paths[r] + (int(t),) for r, t in zip(row_of, tok, strict=True)]
         keep = [j for j, v in enumerate(nxt) if v in tree]
         if not keep:
@@ -73,13 +77,13 @@ def speculative_check(tctx: Context, nodes, samples: int, rng: np.random.Generat
         new = list(dict.fromkeys(nxt[j] for j in keep))
         at = {v: i for i, v in enumerate(paths)}
         walker.keep([at[v[:-1]] for v in new])
-        rows = walker.step([v[-1] for v in new])
         paths, at = new, {v: i for i, v in enumerate(new)}
         row_of = np.array([at[nxt[j]] for j in keep], dtype=np.int64)
+        tok = walker.query([v[-1] for v in new], NodeQuery(u=rng.random(len(row_of)), u_rows=row_of)).sample
 
 
 def warm_target(tctx: Context, trees) -> None:
     """Ask the target, in one call, for the rows every tree's values need (the ancestors of its nodes)."""
     need = sorted({v[:d] for nodes in trees for v in nodes for d in range(len(v))}, key=lambda n: (len(n), n))
     if need:
-        tctx.logprobs(need)
+        tctx.query(need, NodeQuery())  # evaluated where the model runs; nothing asked back

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from ..measure import row_stats
-from ..sources import Context, temper
+from ..sources import Context, NodeAnswer, NodeQuery, answer_rows, temper
 
 
 class DraftView(Context):
@@ -30,8 +31,20 @@ class DraftView(Context):
         kilobytes per drafted node instead of a row of the vocabulary."""
         need = [p for p in dict.fromkeys(tuple(p) for p in prefixes) if p not in self._tops]
         if need:
-            ids, vals, _, _ = row_stats(self.logprobs(need), self.K)
+            a = self.dctx.query(need, NodeQuery(K=self.K, T=self.T))
             for j, p in enumerate(need):
-                self._tops[p] = (ids[j], vals[j].astype(np.float64))
+                self._tops[p] = (a.ids[j], a.logp[j].astype(np.float64))
             self.dctx.forget(need)
         return [self._tops[tuple(p)] for p in prefixes]
+
+    def query(self, prefixes, q: NodeQuery) -> NodeAnswer:
+        """A query for the top-K children at the view's own K is answered from :meth:`tops` (the same lists);
+        any other by the draft context at the view's temperature."""
+        if q == NodeQuery(K=self.K):
+            got = self.tops(prefixes)
+            ids = np.stack([i for i, _ in got]) if got else np.zeros((0, self.K), np.int64)
+            vals = np.stack([v for _, v in got]).astype(np.float32) if got else np.zeros((0, self.K), np.float32)
+            return NodeAnswer(ids=ids, logp=vals)
+        if q.T != 1.0:
+            return answer_rows(self.logprobs(prefixes), q)
+        return self.dctx.query([tuple(p) for p in prefixes], dataclasses.replace(q, T=self.T))

@@ -18,37 +18,23 @@ import math
 
 import numpy as np
 
-from ..._moments import entropy_moments
 from ...errors import BrwsimError
-from ..sources import Context
+from ..sources import Context, NodeQuery, answer_rows
+from ..sources._query import inverse_cdf
 
 
 def row_stats(logp: np.ndarray, K: int):
-    """Per row of ``logp [B, V]``: top-K (ids, log-probs) sorted decreasing, H, M2."""
-    logp = np.asarray(logp, np.float32)
-    B, V = logp.shape
-    K = min(K, V)
-    if K < V:
-        part = np.argpartition(-logp, K - 1, axis=1)[:, :K]
-    else:
-        part = np.broadcast_to(np.arange(V), (B, V))
-    vals = np.take_along_axis(logp, part, axis=1)
-    order = np.argsort(-vals, axis=1, kind="stable")
-    ids = np.take_along_axis(part, order, axis=1)
-    vals = np.take_along_axis(vals, order, axis=1)
-    H, M2 = entropy_moments(logp, sum_dtype=np.float64)
-    return ids, vals, H, M2
+    """Per row of ``logp [B, V]`` on the host: top-K (ids, log-probs) sorted decreasing, H, M2 (a context answers
+    the same as a :class:`~brwsim.llm.sources.NodeQuery`)."""
+    a = answer_rows(logp, NodeQuery(K=K, moments=True))
+    return a.ids, a.logp, a.H, a.M2
 
 
 def sample_rows(logp: np.ndarray, rng: np.random.Generator, index=None) -> np.ndarray:
     """One token per row of ``logp [B, V]`` (inverse-CDF sampling in float64); with ``index``, one token per
     entry, from row ``index[i]`` (the same draws as sampling ``logp[index]``, each distinct row summed once)."""
-    p = np.exp(np.asarray(logp, np.float64))
-    cdf = np.cumsum(p, axis=1)
-    index = np.arange(p.shape[0]) if index is None else np.asarray(index)
-    u = rng.random(len(index)) * cdf[index, -1]
-    tok = np.array([np.searchsorted(cdf[r], u[i], side="right") for i, r in enumerate(index)], dtype=np.int64)
-    return np.minimum(tok, p.shape[1] - 1)
+    n = logp.shape[0] if index is None else len(index)
+    return inverse_cdf(logp, rng.random(n), index)
 
 
 @dataclasses.dataclass
@@ -75,8 +61,9 @@ class _RealTree:
         self.heap: list = []
         self.seq = 0
         self.passes = self.evaluated = 0
-        ids, vals, _, _ = row_stats(ctx.root[None], K)
-        self.tops[0] = (ids[0], vals[0].astype(np.float64))
+        a = ctx.query([()], NodeQuery(K=K))
+        self.K = a.ids.shape[1]  # K, or the vocabulary when smaller
+        self.tops[0] = (a.ids[0], a.logp[0].astype(np.float64))
 
     def push_child(self, parent: int, rank: int):
         """The child of given rank enters the heap as a candidate (if its probability is positive)."""
@@ -107,15 +94,9 @@ class _RealTree:
             n = e[4] if e[5] < 0 else self.node_of(e[4], e[5])
             if n not in self.tops and n not in group and self.prefix[n][-1] not in self.eos:
                 group.append(n)
-        asked = [self.prefix[n] for n in group]
-        tops = getattr(self.ctx, "tops", None)  # a drafter view keeps its rows as top-K lists (same K: same lists)
-        if tops is not None and getattr(self.ctx, "K", None) == self.K:
-            for n, (ids, vals) in zip(group, tops(asked), strict=True):
-                self.tops[n] = (ids, vals)
-        else:
-            ids, vals, _, _ = row_stats(self.ctx.logprobs(asked), self.K)
-            for j, n in enumerate(group):
-                self.tops[n] = (ids[j], vals[j].astype(np.float64))
+        a = self.ctx.query([self.prefix[n] for n in group], NodeQuery(K=self.K))
+        for j, n in enumerate(group):
+            self.tops[n] = (a.ids[j], a.logp[j].astype(np.float64))
         self.passes += 1
         self.evaluated += len(group)
 
@@ -150,7 +131,7 @@ def oracle_tree(ctx: Context, P_max: int, batch: int = 4, eos=frozenset(), K: in
     """
     if P_max < 1:
         raise BrwsimError(f"P must be >= 1, got {P_max}")
-    t = _RealTree(ctx, min(K or P_max, ctx.root.shape[0]), batch, eos)
+    t = _RealTree(ctx, K or P_max, batch, eos)
     t.push_child(0, 0)
     committed: list[int] = []
     while len(committed) < P_max and t.heap:

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from ..sources import Context, LogitsSource, Prompt
+from ..sources import Context, LogitsSource, NodeQuery, Prompt
 from ..sources.rounds import Accounts, attributed, phase
-from ._search import OracleTree, oracle_tree, row_stats, sample_rows
+from ._search import OracleTree, oracle_tree
 
 
 @dataclasses.dataclass
@@ -25,23 +25,26 @@ class Walks:
 
 
 def sample_walks(ctx: Context, walks: int, depth: int, rng, K: int, eos=frozenset()) -> Walks:
-    """``walks`` continuations of ``depth`` tokens, decoded in parallel."""
+    """``walks`` continuations of ``depth`` tokens, decoded in parallel; each node asked as one
+    :class:`~brwsim.llm.sources.NodeQuery` (its top-K, H, M2 and one sampled token: no whole row)."""
     xi = np.full((walks, depth), np.nan)
     H = np.full((walks, depth), np.nan)
     M2 = np.full((walks, depth), np.nan)
     pool = []
     tokens = [[] for _ in range(walks)]
     alive = list(range(walks))
-    rows = np.broadcast_to(ctx.root, (walks, ctx.root.shape[0]))
+    q = NodeQuery(K=K, moments=True)
+    root = ctx.query([()], dataclasses.replace(q, u=rng.random(walks), u_rows=np.zeros(walks, np.int64)))
+    a = dataclasses.replace(root, logp=np.repeat(root.logp, walks, axis=0), H=np.repeat(root.H, walks),
+                            M2=np.repeat(root.M2, walks))  # every walk starts at the root  # fmt: skip
     walker = ctx.walker(walks)
     for d in range(depth):
-        _, top, h, m2 = row_stats(rows, K)
-        tok = sample_rows(rows, rng)
+        tok = a.sample
         for j, w in enumerate(alive):
-            xi[w, d] = -float(rows[j, tok[j]])
-            H[w, d], M2[w, d] = h[j], m2[j]
+            xi[w, d] = -float(a.sample_logp[j])
+            H[w, d], M2[w, d] = a.H[j], a.M2[j]
             tokens[w].append(int(tok[j]))
-        pool.append(top)
+        pool.append(a.logp)
         if d == depth - 1:
             break
         keep = [j for j in range(len(alive)) if int(tok[j]) not in eos]
@@ -51,7 +54,7 @@ def sample_walks(ctx: Context, walks: int, depth: int, rng, K: int, eos=frozense
             walker.keep(keep)
             alive = [alive[j] for j in keep]
             tok = tok[keep]
-        rows = walker.step([int(t) for t in tok])
+        a = walker.query([int(t) for t in tok], dataclasses.replace(q, u=rng.random(len(alive))))
     return Walks(xi=xi, H=H, M2=M2, pool_logp=np.concatenate(pool), tokens=tokens)
 
 
@@ -77,6 +80,8 @@ class PromptResult:
     host: dict = dataclasses.field(default_factory=dict)  # phase -> host CPU seconds (searches, statistics)
     tokens: dict = dataclasses.field(default_factory=dict)  # phase -> tokens through the models
     floor: dict = dataclasses.field(default_factory=dict)  # phase -> floor seconds (empty: rates not set)
+    host_bytes: int = 0  # bytes the target's context moved from the model's device to the host
+    host_nodes: int = 0  # the node answers (rows or query answers) they carried
 
     @classmethod
     def timed(cls, prompt, n_tokens, walks, oracle, seconds, a: Accounts) -> PromptResult:
@@ -96,7 +101,8 @@ class PromptResult:
         prompt = {"task": self.prompt.task, "id": self.prompt.id, "text": self.prompt.text}
         return {"prompt": prompt, "n_tokens": int(self.n_tokens), "walks": walks, "oracle": oracle,
                 "seconds": float(self.seconds), "phases": dict(self.phases), "host": dict(self.host),
-                "tokens": dict(self.tokens), "floor": dict(self.floor)}  # fmt: skip
+                "tokens": dict(self.tokens), "floor": dict(self.floor), "host_bytes": int(self.host_bytes),
+                "host_nodes": int(self.host_nodes)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> PromptResult:
@@ -108,7 +114,7 @@ class PromptResult:
         oracle = OracleTree(_dec(o["values"], np.nan), _dec(o["logP"], -np.inf), np.array(o["depth"], np.int64),
                             [tuple(p) for p in o["prefixes"]], o["evaluated"], o["passes"])  # fmt: skip
         return cls(Prompt(**d["prompt"]), d["n_tokens"], walks, oracle, d["seconds"], d["phases"], d["host"],
-                   d.get("tokens", {}), d.get("floor", {}))  # fmt: skip
+                   d.get("tokens", {}), d.get("floor", {}), d.get("host_bytes", 0), d.get("host_nodes", 0))  # fmt: skip
 
 
 def measure_prompt(source: LogitsSource, prompt: Prompt, P_max: int, **kw) -> PromptResult:
@@ -148,8 +154,11 @@ class Opened:
     walked_on: Context
 
     def result(self, prompt: Prompt, seconds: float) -> PromptResult:
-        """The :class:`PromptResult`, with this thread's accounts since the measurement began (then reset)."""
-        return PromptResult.timed(prompt, len(self.ids), self.walks, self.oracle, seconds, attributed(reset=True))
+        """The :class:`PromptResult`, with this thread's accounts since the measurement began (then reset) and
+        what the target's context moved to the host."""
+        r = PromptResult.timed(prompt, len(self.ids), self.walks, self.oracle, seconds, attributed(reset=True))
+        moved = self.ctx.transfer()
+        return r if moved is None else dataclasses.replace(r, host_bytes=moved.bytes, host_nodes=moved.nodes)
 
 
 def open_walks_oracle(source: LogitsSource, prompt: Prompt, P_max: int, walks: int, depth: int, seed: int,

@@ -3,6 +3,8 @@
 - :mod:`._base`: the interface (:class:`LogitsSource`, :class:`Context`,
   :class:`Walker`) and the capabilities a drafter may need
   (:class:`TransformersModel`, :class:`Tokenizes`).
+- :mod:`._query`: the node query a context answers (:class:`NodeQuery`, :class:`NodeAnswer`), on the host or
+  next to the model on its device.
 - :mod:`._hf`: transformers causal LMs (GGUF files load through it); their contexts (KV-cache reuse, batched
   tree passes) in :mod:`._contexts`, the torch and device helpers in :mod:`._device`.
 - :mod:`._file`: saved-logits files (:class:`FileSource`) and :class:`Recorder`.
@@ -26,6 +28,7 @@ from ._file import FILE_FORMAT, FileSource, Recorder, save_logits
 from ._models import MODELS, cache_dir, check_model, converted, load_source
 from ._prompts import SOURCES as PROMPT_SETS
 from ._prompts import Prompt, load_prompts
+from ._query import HostQuery, NodeAnswer, NodeQuery, Transfer, answer_rows
 from ._temperature import TempSource, check_temperature, temper
 
 __all__ = [
@@ -34,15 +37,20 @@ __all__ = [
     "PROMPT_SETS",
     "Context",
     "FileSource",
+    "HostQuery",
     "LogitsSource",
+    "NodeAnswer",
+    "NodeQuery",
     "Prompt",
     "Recorder",
     "TempSource",
     "Tokenizes",
+    "Transfer",
     "TransformersModel",
     "Walker",
     "WrappedWalker",
     "Wrapper",
+    "answer_rows",
     "cache_dir",
     "check_model",
     "check_model_files",

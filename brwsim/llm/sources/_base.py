@@ -16,12 +16,18 @@ saved-logits file, the tiny test model, a temperature or recording wrapper):
     for a batch of continuations (tuples of token ids after the prompt), the
     log-probabilities of the next token over the whole vocabulary. Any
     prefixes may be asked, in any order; sources may cache earlier answers.
+``context.query(prefixes, NodeQuery) -> NodeAnswer``
+    what a measurement reads of those nodes (top-K children, entropy
+    moments, a sampled token, the whole rows when asked), computed next to
+    the model where the context runs one (:mod:`._query`); the default
+    answers from :meth:`Context.logprobs` on the host.
 ``context.walker(n) -> Walker``
     ``n`` parallel continuations decoded token by token:
     ``walker.step(tokens[n]) -> f32[n, V]`` appends one token to each and
-    returns the next-token log-probabilities; ``walker.keep(rows)`` drops the
-    other rows (finished continuations). The default walker asks
-    :meth:`Context.logprobs` with the whole prefixes.
+    returns the next-token log-probabilities; ``walker.query(tokens[n], q)``
+    appends them and answers ``q`` for the new nodes instead;
+    ``walker.keep(rows)`` drops the other rows (finished continuations). The
+    default walker asks its context with the whole prefixes.
 
 Attributes: ``name``, ``vocab_size``, ``eos_ids`` (tokens that end a
 continuation: the tree has no nodes below them), and the bookkeeping every
@@ -47,6 +53,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._query import NodeAnswer, NodeQuery, Transfer, answer_rows
+
 
 class Walker:
     """``n`` continuations decoded in parallel on top of one context."""
@@ -55,11 +63,19 @@ class Walker:
         self.ctx = ctx
         self.prefixes: list[tuple[int, ...]] = [() for _ in range(n)]
 
-    def step(self, tokens: Sequence[int]) -> np.ndarray:
+    def _append(self, tokens: Sequence[int]) -> None:
         if len(tokens) != len(self.prefixes):
             raise ValueError(f"walker has {len(self.prefixes)} rows, got {len(tokens)} tokens")
         self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
+
+    def step(self, tokens: Sequence[int]) -> np.ndarray:
+        self._append(tokens)
         return self.ctx.logprobs(self.prefixes)
+
+    def query(self, tokens: Sequence[int], q: NodeQuery) -> NodeAnswer:
+        """Append one token to each continuation and answer ``q`` for the new nodes."""
+        self._append(tokens)
+        return self.ctx.query(self.prefixes, q)
 
     def keep(self, rows: Sequence[int]) -> None:
         self.prefixes = [self.prefixes[i] for i in rows]
@@ -77,8 +93,12 @@ class WrappedWalker(Walker):
 
     def step(self, tokens):
         out = self.inner.step(tokens)
-        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
+        self._append(tokens)
         return self.rows(out)
+
+    def query(self, tokens, q):
+        """Answered on the host from :meth:`step`'s rows (a wrapper transforms whole rows)."""
+        return answer_rows(self.step(tokens), q)
 
     def keep(self, rows):
         self.inner.keep(rows)
@@ -94,8 +114,18 @@ class Context(abc.ABC):
     def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray:
         """``f32[len(prefixes), V]``: next-token log-probabilities after the prompt and each prefix."""
 
+    def query(self, prefixes: Sequence[tuple[int, ...]], q: NodeQuery) -> NodeAnswer:
+        """The answer to ``q`` for the nodes after the prompt and each prefix (default: from :meth:`logprobs`,
+        on the host; a context that runs a model answers next to it)."""
+        return answer_rows(self.logprobs(prefixes), q)
+
     def walker(self, n: int) -> Walker:
         return Walker(self, n)
+
+    def transfer(self) -> Transfer | None:
+        """What crossed from the model's device to the host for this context (None: its rows are on the host,
+        nothing crosses; a wrapper reports its inner context's)."""
+        return None
 
     def known(self, prefix: tuple[int, ...]) -> bool | None:
         """Whether the prefix's row is already computed (asking for it costs no pass); None: cannot tell."""
@@ -175,4 +205,14 @@ class Tokenizes(Protocol):
     def tokenize(self, text: str) -> list[int]: ...
 
 
-__all__ = ["Context", "LogitsSource", "Tokenizes", "TransformersModel", "Walker", "Wrapper", "WrappedWalker"]
+__all__ = [
+    "Context",
+    "LogitsSource",
+    "NodeAnswer",
+    "NodeQuery",
+    "Tokenizes",
+    "TransformersModel",
+    "Walker",
+    "Wrapper",
+    "WrappedWalker",
+]

@@ -17,6 +17,12 @@ Walks (:meth:`HFContext.walker`) copy the prompt cache ``n`` times along the
 batch axis and decode the ``n`` continuations in lock-step; finished rows are
 dropped from the cache.
 
+Both contexts keep each node's row where the model computed it (a tensor on
+its device) and answer a :class:`~._query.NodeQuery` there
+(:func:`~._query.answer_tensor`): only K-sized results cross to the host.
+Whole rows cross only when asked (:meth:`Context.logprobs`, ``rows=True``,
+the prompt's ``root``); :meth:`transfer` counts every byte that crossed and the node answers it carried.
+
 A Llama-architecture model (SmolLM2 and every drafter made from it) is run by
 the packed engine instead (:mod:`._packed`, :class:`PackedContext`): the same
 tree of slots, but each question is a request that :mod:`.rounds` can pack
@@ -34,46 +40,107 @@ import numpy as np
 from . import _packed, rounds
 from ._base import Context, Walker
 from ._device import _torch, additive_mask, returned_cache, with_cache
+from ._query import NodeAnswer, NodeQuery, Transfer, answer_rows, answer_tensor
 
 if TYPE_CHECKING:
     from ._hf import HFSource
 
 
-class PackedContext(Context):
+class _DeviceRows(Context):
+    """A context whose rows are tensors on the model's device (``answers``: prefix -> ``f32[V]``, the prompt's row
+    at ``()``): :meth:`logprobs` copies whole rows to the host, :meth:`query` reduces them on the device.
+    Subclasses evaluate missing nodes in :meth:`_tree_step`; ``_evaluated`` is the set of nodes with a slot."""
+
+    src: HFSource
+    answers: dict
+    moved: Transfer
+    _root: np.ndarray | None
+
+    @property
+    def root(self) -> np.ndarray:
+        """The prompt's row on the host (copied once)."""
+        if self._root is None:
+            self._root = self._host(self.answers[()][None])[0]
+        return self._root
+
+    def _host(self, rows) -> np.ndarray:
+        a = rows.detach().cpu().numpy()
+        self.moved.add(a.nbytes, a.shape[0])
+        return a
+
+    def transfer(self) -> Transfer:
+        return self.moved
+
+    def _evaluated(self):
+        return self.answers
+
+    def _rows(self, prefixes) -> list | None:
+        """The device rows of ``prefixes`` (None for none), the missing ones evaluated first, parents first, up
+        to ``max_pass_nodes`` per pass (a whole chain in one pass)."""
+        prefixes = [tuple(int(t) for t in p) for p in prefixes]
+        evaluated = self._evaluated()
+        need = {p for p in prefixes if p not in self.answers}
+        for p in prefixes:
+            for d in range(1, len(p)):
+                if p[:d] not in evaluated and p[:d] not in self.answers:
+                    need.add(p[:d])
+        order = sorted(need, key=lambda n: (len(n), n))
+        step = self.src.max_pass_nodes
+        for i in range(0, len(order), step):
+            self._tree_step(order[i : i + step])
+        return [self.answers[p] for p in prefixes] or None
+
+    def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
+        raise NotImplementedError
+
+    def logprobs(self, prefixes) -> np.ndarray:
+        """Whole rows of any prefixes, on the host (missing nodes and their missing ancestors evaluated first)."""
+        rows = self._rows(prefixes)
+        return np.zeros((0, self.src.vocab_size), np.float32) if rows is None else self._host(_torch().stack(rows))
+
+    def query(self, prefixes, q: NodeQuery) -> NodeAnswer:
+        """The answer to ``q``, reduced on the model's device (only K-sized results cross to the host)."""
+        rows = self._rows(prefixes)
+        if rows is None:
+            return answer_rows(np.zeros((0, self.src.vocab_size), np.float32), q)
+        got = answer_tensor(_torch().stack(rows), q)
+        self.moved.add(got.host_bytes, len(rows))
+        return got
+
+    def known(self, prefix) -> bool:
+        return tuple(prefix) in self.answers
+
+
+class PackedContext(_DeviceRows):
     """One prompt's tree on the packed engine: the prompt's keys and values, one slot per evaluated node, every
-    answer kept unless :meth:`forget` drops it. ``passes`` counts the requests this context made (the prompt's
-    included)."""
+    row kept on the device unless :meth:`forget` drops it. ``passes`` counts the requests this context made (the
+    prompt's included)."""
 
     def __init__(self, src: HFSource, prompt: list[int]):
         if not prompt:
             raise ValueError("empty prompt")
         self.src = src
         self.L = len(prompt)
-        self.kv, self.root, _ = rounds.ask(src.engine, _packed.Open(prompt))
+        self.moved, self._root = Transfer(), None
+        self.kv, root, _ = rounds.ask(src.engine, _packed.Open(prompt, on_device=True))
         self.passes = 1
         self.slots: dict[tuple[int, ...], int] = {}
-        self.answers: dict[tuple[int, ...], np.ndarray] = {(): self.root}
+        self.answers = {(): root}
+
+    def _evaluated(self):
+        return self.slots  # a forgotten row asked again is evaluated again (a new slot, the same keys and values)
 
     def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
         """Evaluate nodes in one request; each node's parent is evaluated or comes earlier in ``nodes``."""
         base = self.kv.used
         new = {n: base + i for i, n in enumerate(nodes)}  # (a node asked again takes its new slot)
         sees = [[new[a] if a in new else self.slots[a] for a in (n[:d] for d in range(1, len(n)))] for n in nodes]
-        req = _packed.Extend(self.kv, [n[-1] for n in nodes], [self.L + len(n) - 1 for n in nodes], sees)
-        rows = rounds.ask(self.src.engine, req)
+        pos = [self.L + len(n) - 1 for n in nodes]
+        rows = rounds.ask(self.src.engine, _packed.Extend(self.kv, [n[-1] for n in nodes], pos, sees, on_device=True))
         self.passes += 1
         for i, n in enumerate(nodes):
             self.slots[n] = base + i
             self.answers[n] = rows[i]
-
-    def logprobs(self, prefixes):
-        """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
-        up to ``max_pass_nodes`` per request (a whole chain in one pass). A forgotten row asked again is
-        evaluated again (a new slot with the same keys and values)."""
-        return _tree_logprobs(self, prefixes, self.slots)
-
-    def known(self, prefix) -> bool:
-        return tuple(prefix) in self.answers
 
     def forget(self, prefixes) -> None:
         """Drop the stored rows of these prefixes (their slots stay: their children cost nothing more)."""
@@ -82,40 +149,23 @@ class PackedContext(Context):
                 self.answers.pop(tuple(p), None)
 
 
-def _tree_logprobs(ctx, prefixes, evaluated=None) -> np.ndarray:
-    """Rows of ``prefixes`` from ``ctx.answers``, the missing ones evaluated first (``evaluated``: the nodes that
-    have a slot, whether or not their row is kept; default: those with a row)."""
-    prefixes = [tuple(int(t) for t in p) for p in prefixes]
-    evaluated = ctx.answers if evaluated is None else evaluated
-    need = {p for p in prefixes if p not in ctx.answers}
-    for p in prefixes:
-        for d in range(1, len(p)):
-            if p[:d] not in evaluated and p[:d] not in ctx.answers:
-                need.add(p[:d])
-    order = sorted(need, key=lambda n: (len(n), n))
-    step = ctx.src.max_pass_nodes
-    for i in range(0, len(order), step):
-        ctx._tree_step(order[i : i + step])
-    if not prefixes:
-        return np.zeros((0, ctx.src.vocab_size), np.float32)
-    return np.stack([ctx.answers[p] for p in prefixes])
+class HFContext(_DeviceRows):
+    """One prompt's tree on the model's own forward (one prompt per pass): one growing KV cache of node slots."""
 
-
-class HFContext(Context):
     def __init__(self, src: HFSource, prompt: list[int]):
         torch = _torch()
         if not prompt:
             raise ValueError("empty prompt")
         self.src = src
         self.L = len(prompt)
+        self.moved, self._root = Transfer(), None
         ids = torch.tensor([prompt], device=src.device)
         out = src.ask_forward(input_ids=ids, logits_to_keep=1)
         self.passes = 1
         self.prompt_cache = returned_cache(out)
-        self.root = src.logp_rows(out.logits[0, -1:])[0]
         self.tree_cache = None
         self.slots: dict[tuple[int, ...], int] = {(): -1}
-        self.answers: dict[tuple[int, ...], np.ndarray] = {(): self.root}
+        self.answers = {(): src.logp_tensor(out.logits[0, -1:])[0]}
 
     def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
         """Evaluate nodes in one forward pass; each node's parent has a slot or comes earlier in ``nodes``."""
@@ -146,18 +196,10 @@ class HFContext(Context):
         )
         self.passes += 1
         self.tree_cache = returned_cache(out)
-        rows = src.logp_rows(out.logits[0])
+        rows = src.logp_tensor(out.logits[0])
         for i, n in enumerate(nodes):
             self.slots[n] = S + i
             self.answers[n] = rows[i]
-
-    def known(self, prefix) -> bool:
-        return tuple(prefix) in self.answers
-
-    def logprobs(self, prefixes):
-        """Rows of any prefixes; missing nodes (and their missing ancestors) are evaluated parents first,
-        up to ``max_pass_nodes`` per forward pass (a whole chain in one pass)."""
-        return _tree_logprobs(self, prefixes)
 
     def walker(self, n: int) -> HFWalker:
         return HFWalker(self, n)
@@ -172,11 +214,19 @@ class HFWalker(Walker):
         self.depth = 0
 
     def step(self, tokens):
+        return self.ctx._host(self._step(tokens))
+
+    def query(self, tokens, q: NodeQuery) -> NodeAnswer:
+        """One token appended to each continuation, ``q`` answered on the model's device."""
+        got = answer_tensor(self._step(tokens), q)
+        self.ctx.moved.add(got.host_bytes, len(tokens))
+        return got
+
+    def _step(self, tokens):
+        """The new rows as a tensor on the model's device."""
         torch = _torch()
         src = self.ctx.src
-        if len(tokens) != len(self.prefixes):
-            raise ValueError(f"walker has {len(self.prefixes)} rows, got {len(tokens)} tokens")
-        self.prefixes = [p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)]
+        self._append(tokens)
         n = len(tokens)
         ids = torch.tensor([[int(t)] for t in tokens], device=src.device)
         pos = torch.full((n, 1), self.ctx.L + self.depth, device=src.device)
@@ -184,7 +234,7 @@ class HFWalker(Walker):
         self.ctx.passes += 1
         self.cache = returned_cache(out)
         self.depth += 1
-        return src.logp_rows(out.logits[:, -1])
+        return src.logp_tensor(out.logits[:, -1])
 
     def keep(self, rows):
         torch = _torch()

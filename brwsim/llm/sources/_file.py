@@ -191,6 +191,9 @@ class _RecordingContext(Context):
     def walker(self, n):
         return _RecordingWalker(self, self.inner.walker(n))
 
+    def transfer(self):
+        return self.inner.transfer()
+
 
 class _RecordingWalker(WrappedWalker):
     def rows(self, rows):

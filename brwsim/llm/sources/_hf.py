@@ -8,12 +8,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
 from . import _packed, rounds
 from ._base import Context, LogitsSource
 from ._contexts import HFContext, PackedContext
-from ._device import _torch, check_max_prompt_tokens, check_threads, synchronize, to_numpy, torch_device
+from ._device import _torch, check_max_prompt_tokens, check_threads, synchronize, torch_device
 
 
 class HFSource(LogitsSource):
@@ -104,10 +102,11 @@ class HFSource(LogitsSource):
         """:meth:`forward` as a request of the current round (:mod:`.rounds`): one generic pass."""
         return rounds.ask(self.calls, _Call(lambda: self.forward(**kw), int(kw["input_ids"].numel())))
 
-    def logp_rows(self, logits) -> np.ndarray:
+    def logp_tensor(self, logits):
+        """``log_softmax`` of logits rows, float32, a tensor on the logits' device."""
         torch = _torch()
         with torch.inference_mode():
-            return to_numpy(torch.log_softmax(logits.float(), dim=-1))
+            return torch.log_softmax(logits.float(), dim=-1)
 
     def open(self, prompt_ids: Sequence[int]) -> Context:
         ids = [int(t) for t in prompt_ids]

@@ -161,6 +161,7 @@ class Open:
 
     ids: list
     hidden: bool = False
+    on_device: bool = False  # the log-probs as a tensor on the model's device (a context reduces them there)
 
 
 @dataclasses.dataclass
@@ -173,6 +174,7 @@ class Extend:
     tokens: list
     positions: list
     sees: list
+    on_device: bool = False  # the log-probs as a tensor on the model's device (a context reduces them there)
 
 
 def _pad_rows(x, multiple: int = ROW_MULTIPLE):
@@ -313,7 +315,8 @@ class Batch:
 
     def logp(self, decode, x, T=None) -> list:
         """Per request, ``log_softmax(decode(rows) / T)`` as ``f32[rows, V]`` on its answer rows (an Open
-        request's last row, an Extend request's every row); ``T`` one temperature per request (None: 1)."""
+        request's last row, an Extend request's every row): NumPy on the host, or a tensor on the model's device
+        for a request ``on_device``; ``T`` one temperature per request (None: 1)."""
         torch = _torch()
         keep, temps = [], []
         for i, (r, (a, b)) in enumerate(zip(self.requests, self.spans, strict=True)):
@@ -324,11 +327,12 @@ class Batch:
         logits = decode(x[idx]).float()
         if any(t != 1.0 for t in temps):
             logits = logits / torch.tensor(temps, device=logits.device)[:, None]
-        logp = torch.log_softmax(logits, dim=-1).cpu().numpy()
+        logp = torch.log_softmax(logits, dim=-1)
+        host = logp.cpu().numpy() if any(not r.on_device for r in self.requests) else None
         out, at = [], 0
         for r, (a, b) in zip(self.requests, self.spans, strict=True):
             n = 1 if isinstance(r, Open) else b - a
-            out.append(logp[at : at + n])
+            out.append(logp[at : at + n] if r.on_device else host[at : at + n])
             at += n
         return out
 

@@ -7,12 +7,12 @@ walks are all at temperature ``T`` (T = 1 returns the rows unchanged).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-
-import numpy as np
 
 from ...errors import BrwsimError
 from ._base import Context, LogitsSource, Walker, WrappedWalker, Wrapper
+from ._query import NodeAnswer, NodeQuery, temper
 
 
 def check_temperature(T) -> float:
@@ -26,17 +26,6 @@ def check_temperature(T) -> float:
             f"--temperature must be a finite number > 0, got {T!r} (T -> 0 is greedy decoding; use e.g. 0.05)"
         )
     return t
-
-
-def temper(rows, T: float) -> np.ndarray:
-    """``log_softmax(rows / T)`` along the last axis, float32 (rows unchanged at T = 1)."""
-    rows = np.asarray(rows, np.float32)
-    if T == 1.0:
-        return rows
-    x = rows.astype(np.float64) / T
-    m = np.max(x, axis=-1, keepdims=True)
-    out = x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
-    return out.astype(np.float32)
 
 
 class TempSource(Wrapper):
@@ -58,10 +47,26 @@ class TempContext(Context):
     def logprobs(self, prefixes):
         return temper(self.inner.logprobs(prefixes), self.T)
 
+    def query(self, prefixes, q: NodeQuery) -> NodeAnswer:
+        """Asked of the inner context at this temperature (on the model's device where it runs one)."""
+        if q.T != 1.0:
+            return super().query(prefixes, q)
+        return self.inner.query(prefixes, dataclasses.replace(q, T=self.T))
+
     def walker(self, n: int) -> Walker:
         return _TempWalker(self, self.inner.walker(n))
+
+    def transfer(self):
+        return self.inner.transfer()
 
 
 class _TempWalker(WrappedWalker):
     def rows(self, rows):
         return temper(rows, self.ctx.T)
+
+    def query(self, tokens, q: NodeQuery) -> NodeAnswer:
+        if q.T != 1.0:
+            return super().query(tokens, q)
+        got = self.inner.query(tokens, dataclasses.replace(q, T=self.ctx.T))
+        self._append(tokens)
+        return got

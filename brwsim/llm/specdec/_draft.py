@@ -26,13 +26,13 @@ import numpy as np
 
 from ..drafters import DraftView, Proposer, topq_nodes
 from ..drafters._report import fixed_builder
-from ..sources import _packed
+from ..sources import HostQuery, _packed
 from ..sources._device import _torch
 
 SEARCH_BATCH = 4  # rows per best-first step, as experiments/real_drafters.py measures (its ``batch``)
 
 
-class PackedChain:
+class PackedChain(HostQuery):
     """A draft context whose root moves along the generated text (packed engine, :mod:`..sources._packed`)."""
 
     def __init__(self, engine, prompt: Sequence[int], vocab: int):
@@ -88,7 +88,7 @@ class PackedChain:
                 self.answers.pop(self.pending + tuple(p), None)
 
 
-class HeadChain:
+class HeadChain(HostQuery):
     """The EAGLE-style head's draft context along the generated text: verified tokens read the target's features
     (one head pass for the tokens of a call, whose last answer is the root), drafted nodes the head's own."""
 
@@ -174,7 +174,7 @@ class DraftSession:
     def rows(self) -> int:
         """New tokens scored in the drafter's passes after the prompt's prefill (0 where not counted: a proposer, or
         a draft model without the packed engine)."""
-        return getattr(self.ctx, "rows", 0)
+        return 0 if self.ctx is None else self.ctx.rows
 
     def tree(self, P: int) -> list[tuple[int, ...]]:
         if P <= 0:
@@ -194,8 +194,10 @@ class DraftSession:
             self.ctx.advance(tokens)
 
 
-class _Fresh:
+class _Fresh(HostQuery):
     """Any other draft model: a new context on the whole text each round."""
+
+    rows = 0  # its passes' rows are not counted
 
     def __init__(self, drafter):
         self.drafter, self.inner, self.passes = drafter, None, 0
@@ -222,7 +224,8 @@ def open_chain(drafter, ids: list[int], prompt_features=None):
         if prompt_features is None:
             prompt_features = drafter.prompt_features(ids)
         return HeadChain(drafter, ids, prompt_features)
-    src = getattr(drafter, "src", None)
-    if src is not None and getattr(src, "engine", None) is not None:
-        return PackedChain(src.engine, ids, int(src.vocab_size))
+    from ..drafters._hf import HFDraftModel
+
+    if isinstance(drafter, HFDraftModel) and drafter.src.engine is not None:
+        return PackedChain(drafter.src.engine, ids, int(drafter.src.vocab_size))
     return _Fresh(drafter)

@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from ....errors import BrwsimError
-from ...sources import _packed, rounds
+from ...sources import HostQuery, _packed, rounds
 from ...sources._device import to_numpy
 from .._base import DraftModel, PassFootprint
 from .._hf import model_footprint
@@ -186,8 +186,9 @@ class _Mlp:
         return hd.down(F.silu(hd.gate(h)) * hd.up(h))
 
 
-class EagleContext:
-    """Questions about the drafter's tree below one prompt; ``passes`` counts head forward passes."""
+class EagleContext(HostQuery):
+    """Questions about the drafter's tree below one prompt; ``passes`` counts head forward passes (the node query
+    answered from the head's rows, which its engine returns to the host)."""
 
     def __init__(self, dm: EagleDraftModel, prompt: list[int], temperature: float = 1.0):
         if len(prompt) < 2:

@@ -1,0 +1,229 @@
+"""The node query: what a context answers about a batch of token-tree nodes (:class:`NodeQuery`, :class:`NodeAnswer`).
+
+A measurement rarely needs a node's whole next-token row (V log-probabilities;
+V = 49,152 for the shipped model, 128k-262k for current targets): the oracle
+search reads a node's top-K children, the walks its entropy moments H and M2,
+one sampled token and that token's log-probability. :meth:`Context.query`
+answers exactly that, and a context that runs a model answers it next to the
+model, on its device, so that only K-sized results cross to the host
+(:func:`answer_tensor`; the packed engine's and transformers' contexts). Any
+other context answers from its rows on the host (:func:`answer_rows`, the
+same numbers). ``rows=True`` asks for the whole rows as well, for the callers
+that need every token's probability (divergences between two models,
+recording a model's rows to a file).
+
+The two reductions agree within float rounding: the top-K ids and
+log-probabilities are the same float32 values (ties at equal log-probability
+ordered by token id on the device; by NumPy's partition order on the host),
+H and M2 are float64 sums of the same float32 terms in another order
+(relative difference about 1e-15), and the sample is the same inverse-CDF
+draw of the same uniform (it can differ only when the uniform falls within
+rounding of a boundary of the float64 cumulative sum).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..._moments import entropy_moments
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeQuery:
+    """What to return for each node of a batch.
+
+    ``K``: the top-K children (token ids and log-probabilities, by decreasing log-probability; K <= 0: none;
+    K >= V: the whole sorted row). ``moments``: H and M2 of the row. ``u``: uniforms in [0, 1), ``f64[N]``, each
+    drawn on row ``u_rows[i]`` (default: one per node, in order): the token at that point of the row's cumulative
+    distribution (inverse-CDF sampling in float64) and its log-probability. ``at``: ``(row, token)`` pairs,
+    ``i64[N, 2]``: those tokens' log-probabilities. ``rows``: the whole rows too (``f32[B, V]`` on the host).
+    ``T``: every row at temperature T first (:func:`temper`; 1: as the model gives it)."""
+
+    K: int = 0
+    moments: bool = False
+    u: np.ndarray | None = None
+    u_rows: np.ndarray | None = None
+    at: np.ndarray | None = None
+    rows: bool = False
+    T: float = 1.0
+
+    def __eq__(self, other):  # arrays compared by value (the dataclass default compares them with ==)
+        if not isinstance(other, NodeQuery):
+            return NotImplemented
+        return all(_same(getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self))
+
+    __hash__ = None
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return a is not None and b is not None and np.array_equal(a, b)
+    return a == b
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeAnswer:
+    """The answer to a :class:`NodeQuery` for B nodes; a field not asked for is None.
+
+    ``ids`` ``i64[B, K]`` and ``logp`` ``f32[B, K]``: the top-K children; ``H``, ``M2`` ``f64[B]``;
+    ``sample`` ``i64[N]`` and ``sample_logp`` ``f32[N]``, one per uniform; ``at_logp`` ``f32[N]``, one per pair of
+    ``at``; ``rows`` ``f32[B, V]``.
+    ``host_bytes``: the bytes that crossed from the model's device to the host to answer it (on the CPU, the
+    bytes that would cross; 0 for a context whose rows are already on the host)."""
+
+    ids: np.ndarray | None = None
+    logp: np.ndarray | None = None
+    H: np.ndarray | None = None
+    M2: np.ndarray | None = None
+    sample: np.ndarray | None = None
+    sample_logp: np.ndarray | None = None
+    at_logp: np.ndarray | None = None
+    rows: np.ndarray | None = None
+    host_bytes: int = 0
+
+
+@dataclasses.dataclass
+class Transfer:
+    """What crossed from a model's device to the host for one context: ``bytes``, and the node answers (rows or
+    query answers) they carried, ``nodes``."""
+
+    bytes: int = 0
+    nodes: int = 0
+
+    def add(self, nbytes: int, nodes: int) -> None:
+        self.bytes += int(nbytes)
+        self.nodes += int(nodes)
+
+    @property
+    def per_node(self) -> float | None:
+        return self.bytes / self.nodes if self.nodes else None
+
+
+class HostQuery:
+    """For a class with ``logprobs(prefixes)`` whose rows are on the host: the node query answered from them."""
+
+    def query(self, prefixes, q: NodeQuery) -> NodeAnswer:
+        return answer_rows(self.logprobs(prefixes), q)
+
+
+def top_k_rows(logp: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``logp [B, V]``: the top-K (ids, log-probs), sorted by decreasing log-probability."""
+    B, V = logp.shape
+    K = min(K, V)
+    if K < V:
+        part = np.argpartition(-logp, K - 1, axis=1)[:, :K]
+    else:
+        part = np.broadcast_to(np.arange(V), (B, V))
+    vals = np.take_along_axis(logp, part, axis=1)
+    order = np.argsort(-vals, axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
+def inverse_cdf(logp: np.ndarray, u: np.ndarray, index=None) -> np.ndarray:
+    """The token at ``u[i] * total`` of the float64 cumulative distribution of row ``index[i]`` of ``logp`` (every
+    row once, in order, without ``index``); each distinct row is summed once."""
+    p = np.exp(np.asarray(logp, np.float64))
+    cdf = np.cumsum(p, axis=1)
+    index = np.arange(p.shape[0]) if index is None else np.asarray(index)
+    u = np.asarray(u, np.float64) * cdf[index, -1]
+    tok = np.array([np.searchsorted(cdf[r], u[i], side="right") for i, r in enumerate(index)], dtype=np.int64)
+    return np.minimum(tok, p.shape[1] - 1)
+
+
+def temper(rows, T: float) -> np.ndarray:
+    """``log_softmax(rows / T)`` along the last axis, float32 (rows unchanged at T = 1)."""
+    rows = np.asarray(rows, np.float32)
+    if T == 1.0:
+        return rows
+    x = rows.astype(np.float64) / T
+    m = np.max(x, axis=-1, keepdims=True)
+    out = x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+    return out.astype(np.float32)
+
+
+def temper_tensor(logp, T: float):
+    """:func:`temper` of a torch tensor, where it lives (float64 inside, float32 out)."""
+    import torch
+
+    if T == 1.0:
+        return logp
+    x = logp.double() / T
+    m = torch.amax(x, dim=-1, keepdim=True)
+    return (x - m - torch.log(torch.sum(torch.exp(x - m), dim=-1, keepdim=True))).float()
+
+
+def answer_rows(rows: np.ndarray, q: NodeQuery, host_bytes: int = 0) -> NodeAnswer:
+    """The answer to ``q`` computed on the host from the whole rows ``f32[B, V]``."""
+    rows = temper(rows, q.T)
+    out: dict = {"host_bytes": host_bytes}
+    if q.K > 0:
+        out["ids"], out["logp"] = top_k_rows(rows, q.K)
+    if q.moments:
+        out["H"], out["M2"] = entropy_moments(rows, sum_dtype=np.float64)
+    if q.u is not None:
+        index = np.arange(rows.shape[0]) if q.u_rows is None else np.asarray(q.u_rows, np.int64)
+        tok = inverse_cdf(rows, q.u, index)
+        out["sample"], out["sample_logp"] = tok, rows[index, tok]
+    if q.at is not None:
+        at = np.asarray(q.at, np.int64).reshape(-1, 2)
+        out["at_logp"] = rows[at[:, 0], at[:, 1]]
+    if q.rows:
+        out["rows"] = rows
+    return NodeAnswer(**out)
+
+
+def answer_tensor(logp, q: NodeQuery) -> NodeAnswer:
+    """The answer to ``q`` computed where the torch tensor ``logp [B, V]`` (float32 log-probabilities) lives;
+    only the asked results are copied to the host (counted in ``host_bytes``)."""
+    import torch
+
+    out: dict = {}
+    moved = 0
+
+    def host(t):
+        nonlocal moved
+        a = t.detach().cpu().numpy()
+        moved += a.nbytes
+        return a
+
+    B, V = logp.shape
+    with torch.inference_mode():
+        logp = temper_tensor(logp, q.T)
+        if q.K > 0:
+            K = min(q.K, V)
+            vals, ids = torch.topk(logp, K, dim=1, sorted=True)
+            # ties at equal log-probability by token id (topk leaves their order open)
+            by_id = torch.argsort(ids, dim=1, stable=True)
+            vals, ids = vals.gather(1, by_id), ids.gather(1, by_id)
+            by_val = torch.argsort(-vals, dim=1, stable=True)
+            out["ids"], out["logp"] = host(ids.gather(1, by_val)), host(vals.gather(1, by_val))
+        if q.moments:
+            p = torch.exp(logp)
+            safe = torch.where(p > 0, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+            ps = p * safe
+            out["H"] = host(-torch.sum(ps, dim=1, dtype=torch.float64))
+            out["M2"] = host(torch.sum(ps * safe, dim=1, dtype=torch.float64))
+        if q.u is not None:
+            index = np.arange(B) if q.u_rows is None else np.asarray(q.u_rows, np.int64)
+            cdf = torch.cumsum(torch.exp(logp.double()), dim=1)
+            u = torch.as_tensor(np.asarray(q.u, np.float64), device=logp.device)
+            rows_of = torch.as_tensor(index, device=logp.device)
+            tok = torch.empty(len(index), dtype=torch.int64, device=logp.device)
+            for r in np.unique(index):  # each row's draws at once (no copy of a row per draw)
+                at = torch.as_tensor(np.flatnonzero(index == r), device=logp.device)
+                tok[at] = torch.searchsorted(cdf[r], u[at] * cdf[r, -1], right=True)
+            tok = torch.clamp(tok, max=V - 1)
+            out["sample"] = host(tok)
+            out["sample_logp"] = host(logp[rows_of, tok])
+        if q.at is not None:
+            at = torch.as_tensor(np.asarray(q.at, np.int64).reshape(-1, 2), device=logp.device)
+            out["at_logp"] = host(logp[at[:, 0], at[:, 1]])
+        if q.rows:
+            out["rows"] = host(logp)
+    return NodeAnswer(**out, host_bytes=moved)
+
+
+__all__ = ["HostQuery", "NodeAnswer", "NodeQuery", "Transfer", "answer_rows", "answer_tensor", "inverse_cdf", "temper",
+           "top_k_rows"]  # fmt: skip

@@ -1,0 +1,127 @@
+"""The node query (brwsim.llm.sources NodeQuery / NodeAnswer): the same answers on the host and next to the model.
+
+The host reduction (``answer_rows``) is the reference: the device reduction (``answer_tensor``, run by the
+contexts of a transformers model) must give the same top-K ids and log-probabilities bit for bit, the same
+samples, and H, M2 within float32 rounding of their terms; the contexts answer it with only K-sized results
+crossing to the host, and count what crossed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiny_llm import tiny_llama
+
+from brwsim.llm.sources import NodeQuery, TempSource, answer_rows, temper
+
+pytestmark = pytest.mark.needs_llm
+
+V = 13
+PROMPT = [3, 1, 4, 1, 5]
+NODES = [(), (1,), (1, 2), (3,), (1, 2, 4)]
+# H and M2 sum float32 terms p log p whose exp may round differently in torch and NumPy (one float32 ulp per
+# term): a relative difference of a few float32 epsilons
+RTOL = 8 * np.finfo(np.float32).eps
+
+
+def _rows(seed: int, B: int = 6, width: int = 500) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(0, 3, (B, width)).astype(np.float32)
+    x[0, :7] = x[0, 7]  # ties in the top-K of the first row
+    x[1, 5] = -np.inf  # a zero-probability token
+    return (x - np.log(np.exp(x.astype(np.float64)).sum(1, keepdims=True))).astype(np.float32)
+
+
+def _same(host, dev, rows=None):
+    """The same answer; with ``rows`` (the tempered rows, which have ties), the top-K ids may order equal
+    log-probabilities differently (the device by token id): then each id must carry its log-probability."""
+    np.testing.assert_array_equal(host.logp, dev.logp)
+    if rows is None:
+        np.testing.assert_array_equal(host.ids, dev.ids)
+    else:
+        np.testing.assert_array_equal(np.take_along_axis(rows, dev.ids, axis=1), dev.logp)
+        assert all(len(set(r)) == len(r) for r in dev.ids)
+    np.testing.assert_allclose(host.H, dev.H, rtol=RTOL)
+    np.testing.assert_allclose(host.M2, dev.M2, rtol=RTOL)
+    np.testing.assert_array_equal(host.sample, dev.sample)
+    np.testing.assert_array_equal(host.sample_logp, dev.sample_logp)
+
+
+@pytest.mark.parametrize("T", [1.0, 0.7])
+def test_device_answer_is_the_host_answer(T):
+    torch = pytest.importorskip("torch")
+    from brwsim.llm.sources._query import answer_tensor
+
+    rows = _rows(0)
+    u = np.random.default_rng(1).random(3 * rows.shape[0])
+    u_rows = np.repeat(np.arange(rows.shape[0]), 3)[::-1].copy()  # three draws a row, rows in any order
+    at = np.array([(i, t) for i in range(rows.shape[0]) for t in (0, 5, 499)], np.int64)
+    for K in (1, 16, 500, 900):
+        q = NodeQuery(K=K, moments=True, u=u, u_rows=u_rows, at=at, T=T)
+        host, dev = answer_rows(rows, q), answer_tensor(torch.from_numpy(rows), q)
+        _same(host, dev, temper(rows, T))
+        assert host.ids.shape == (rows.shape[0], min(K, 500)) and host.sample.shape == u.shape
+        # the device orders equal log-probabilities by token id
+        first = dev.ids[0][dev.logp[0] == dev.logp[0][0]]
+        assert list(first) == sorted(first)
+        np.testing.assert_array_equal(host.at_logp, dev.at_logp)
+        np.testing.assert_array_equal(host.at_logp, temper(rows, T)[at[:, 0], at[:, 1]])
+        # only what was asked crosses: ids, log-probs, H, M2, samples and their log-probs, the pairs' log-probs
+        assert dev.host_bytes == dev.ids.nbytes + dev.logp.nbytes + 16 * rows.shape[0] + 12 * u.size + 4 * len(at)
+    host = answer_rows(rows, NodeQuery(rows=True, T=T))
+    np.testing.assert_array_equal(host.rows, temper(rows, T))
+    assert host.ids is None and host.H is None and host.sample is None
+
+
+def test_host_answer_is_the_row_reductions():
+    """answer_rows is the reductions the measurements always made: top-K by decreasing log-probability, the entropy
+    moments of the row, and the token at u of the cumulative distribution."""
+    rows = _rows(2, B=3, width=40)
+    a = answer_rows(rows, NodeQuery(K=5, moments=True, u=np.array([0.0, 0.5, 0.999999])))
+    p = np.exp(rows.astype(np.float64))
+    for i in range(3):
+        assert np.all(np.diff(a.logp[i]) <= 0) and np.all(rows[i][a.ids[i]] == a.logp[i])
+        assert a.logp[i][-1] >= np.sort(rows[i])[-5]
+        np.testing.assert_allclose(a.H[i], -(p[i][p[i] > 0] * np.log(p[i][p[i] > 0])).sum(), rtol=1e-5)
+        c = np.cumsum(p[i])
+        assert a.sample[i] == min(np.searchsorted(c, [0.0, 0.5, 0.999999][i] * c[-1], side="right"), 39)
+    assert a.sample[0] == np.argmax(p[0] > 0)  # u = 0: the first token of positive probability
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from brwsim.llm.sources._hf import HFSource
+
+    return HFSource(tiny_llama(V, n_layers=3, seed=1), None, name="tiny-query", threads=1)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("T", [1.0, 0.5])
+def test_context_query_on_the_device_equals_the_host_answer_of_its_rows(tiny, packed, T):
+    from brwsim.llm.sources._contexts import HFContext, PackedContext
+    from brwsim.llm.sources._temperature import TempContext
+
+    ctx = (PackedContext if packed else HFContext)(tiny, PROMPT)
+    ctx = TempContext(ctx, T) if T != 1.0 else ctx
+    u = np.random.default_rng(3).random(len(NODES))
+    q = NodeQuery(K=4, moments=True, u=u)
+    before = ctx.transfer().bytes  # the temperature wrapper copies the prompt's row once
+    dev = ctx.query(NODES, q)
+    moved = ctx.transfer()
+    assert moved.bytes - before == dev.ids.nbytes + dev.logp.nbytes + 28 * len(NODES)
+    _same(answer_rows(ctx.logprobs(NODES), q), dev)
+    assert moved.bytes - before > len(NODES) * V * 4  # whole rows cross when asked for
+
+
+def test_walker_query_equals_its_steps(tiny):
+    """A walker's query appends the tokens like step and answers the new nodes (on the device for the packed and
+    the generic context, through a temperature wrapper too)."""
+    from brwsim.llm.sources._contexts import HFContext
+
+    opens = [tiny.open, TempSource(tiny, 0.5).open, lambda p: HFContext(tiny, p)]  # packed, tempered, generic
+    for open_ in opens:
+        wa, wb = open_(PROMPT).walker(3), open_(PROMPT).walker(3)
+        for tokens in ([1, 2, 3], [4, 4, 0], [7, 8, 9]):
+            u = np.random.default_rng(sum(tokens)).random(3)
+            q = NodeQuery(K=5, moments=True, u=u)
+            _same(answer_rows(wa.step(tokens), q), wb.query(tokens, q))
+            assert wa.prefixes == wb.prefixes
