@@ -19,6 +19,7 @@ import sys
 from .. import _interrupts as interrupts
 from ..llm import require_llm
 from ..llm.drafters import print_drafters
+from ..llm.results import RunResult
 from ..llm.run import RunOptions, run_llm
 from ..speedup import drafter_names, model_names, prompt_names
 from ._args import P_list, emit
@@ -26,38 +27,43 @@ from ._simulate import interrupted_by
 from ._table import bound_cells, bound_groups, bound_header, bound_notes, fmt, group_header
 
 
-def print_llm(d: dict, out=None) -> None:
+def print_llm(r: RunResult, out=None) -> None:
+    """The table of a real-model run, printed from its typed result."""
     out = out or sys.stdout
-    T = d.get("temperature", 1.0)
-    head = f"model {d['model']} (vocab {d['vocab_size']}), prompts {d['prompts']}, T = {T:g}"
-    print(f"{head}, {d['convention']}", file=out)
-    if d.get("interrupted"):
-        print(f"(interrupted: {d['prompts_finished']} of {d['prompts_requested']} prompts finished)", file=out)
-    for t in d["tasks"]:
+    st = r.settings
+    T = st.get("temperature", 1.0)
+    head = f"model {r.model} (vocab {r.vocab_size}), prompts {st['prompts']}, T = {T:g}"
+    print(f"{head}, {st['convention']}", file=out)
+    if st.get("interrupted"):
+        print(f"(interrupted: {st['prompts_finished']} of {st['prompts_requested']} prompts finished)", file=out)
+    nan = float("nan")
+    for t in r.tasks:
+        w = t.walks
         print(
-            f"task {t['task']}: {t['prompts']} prompts, mu = {t.get('mu', float('nan')):.4f} "
-            f"+- {t.get('mu_ci95', float('nan')):.4f}, mu_2 = {t.get('mu2', float('nan')):.4f} "
-            f"+- {t.get('mu2_ci95', float('nan')):.4f} (nats, along {t.get('walks', 0)} sampled continuations)",
+            f"task {t.task}: {t.prompts} prompts, mu = {w.get('mu', nan):.4f} +- {w.get('mu_ci95', nan):.4f}, "
+            f"mu_2 = {w.get('mu2', nan):.4f} +- {w.get('mu2_ci95', nan):.4f} (nats, along {w.get('walks', 0)} "
+            "sampled continuations)",
             file=out,
         )
-        groups = bound_groups(t["results"])
+        groups = bound_groups([row.bounds for row in t.rows])
         head = f"{'P':>5} {'oracle':>9} {'+-95%':>7} {'surrogate':>9}"
         print(group_header(len(head), groups), file=out)
         print(head + bound_header(groups), file=out)
-        for r in t["results"]:
-            line = f"{r['P']:>5} {fmt(r['mean'])} {fmt(r['ci95'], 7)} {fmt(r.get('surrogate'))}"
-            print(line + bound_cells(r, groups), file=out)
+        for row in t.rows:
+            line = f"{row.P:>5} {fmt(row.mean)} {fmt(row.ci95, 7)} {fmt(row.surrogate)}"
+            print(line + bound_cells(row.bounds, groups), file=out)
         for note in bound_notes(groups):
             print(note, file=out)
         print_drafters(t, out)
-    tm = d["timing"]
-    moved = tm.get("host_bytes_per_node")
-    moved = f"; {moved / 1024:.1f} KiB per node from the model's device to the host" if moved else ""
-    print(
-        f"model phase {tm['model_phase_seconds']:.1f} s, {100 * (tm['forward_fraction'] or 0):.0f}% in forward "
-        f"passes; load {tm['load_seconds']:.1f} s; total {tm['total_seconds']:.1f} s{moved}",
-        file=out,
-    )
+    tm = r.timing
+    if tm is not None:
+        per = tm.host_bytes_per_node
+        moved = f"; {per / 1024:.1f} KiB per node from the model's device to the host" if per else ""
+        print(
+            f"model phase {tm.model_phase_seconds:.1f} s, {100 * (tm.forward_fraction or 0):.0f}% in forward "
+            f"passes; load {tm.load_seconds:.1f} s; total {tm.total_seconds:.1f} s{moved}",
+            file=out,
+        )
 
 
 def options(args) -> RunOptions:
@@ -72,8 +78,9 @@ def _cmd(args) -> int:
     if not (args.model.startswith("file:") or args.model.lower().endswith(".npz")):
         require_llm()
     log = None if args.json else (lambda m: print(m, file=sys.stderr))
-    d = run_llm(opts, log=log).to_dict()
-    code = emit(args, d, print_llm)
+    res = run_llm(opts, log=log)
+    d = res.to_dict()
+    code = emit(args, d, lambda _: print_llm(res))
     if not d.get("interrupted"):
         return code
     sys.stdout.flush()

@@ -421,14 +421,17 @@ def test_summary_check_names_its_builders_and_the_fixed_value():
     from brwsim.llm.drafters._measure import DraftedPrompt
     from brwsim.llm.drafters._report import print_drafters, summarize_drafter_task
     from brwsim.llm.drafters._values import PromptCheck
+    from brwsim.llm.results import OracleRow, TaskResult
 
     values = {"topq": np.linspace(0.1, 1.0, 8), "eagle": np.linspace(0.2, 1.1, 8)}
     check = PromptCheck("eagle", 4, 10, 1.0, 0.1, 1.05, 0.1)
     res = [DraftedPrompt("d", values, None, None, None, check, 3) for _ in range(3)]
-    d = summarize_drafter_task(res, [np.linspace(0.3, 1.5, 8)] * 3, [1, 2, 4, 8], {}).to_dict()
+    summary = summarize_drafter_task(res, [np.linspace(0.3, 1.5, 8)] * 3, [1, 2, 4, 8], {})
+    d = summary.to_dict()
     assert d["check"]["builders"] == ["eagle"] and d["check"]["fixed_builder"] == "topq"
     assert d["check"]["fixed_value"] == pytest.approx(values["topq"][3])
     out = io.StringIO()
-    print_drafters({"results": [{"P": P, "mean": 1.0} for P in (1, 2, 4, 8)], "drafters": [d]}, out)
+    rows = [OracleRow(P, 1.0, 0.0) for P in (1, 2, 4, 8)]
+    print_drafters(TaskResult("task", 3, rows, drafters=[summary]), out)
     text = out.getvalue()
     assert "each prompt's best builder: eagle" in text and "fixed builder (topq) at P = 4: 0.486" in text

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..._stats import Z95, mean_ci95
 from ...theory import lorden, threshold_bound
-from ..results import CheckResult, DrafterResult, DrafterRow
+from ..results import CheckResult, DrafterResult, DrafterRow, TaskResult
 from ._calibrate import STATS
 from ._measure import DraftedPrompt
 
@@ -109,12 +109,13 @@ def summarize_drafter_task(
     return DrafterResult(results[0].name, len(results), info, builders, stats, rows, _check(results), passes, fraction)
 
 
-def print_drafters(t: dict, out) -> None:
-    """Table lines for one task's ``drafters`` list (a task's ``to_dict()``; under ``brwsim llm``'s own table)."""
-    oracle = {r["P"]: r["mean"] for r in t["results"]}
-    for d in t.get("drafters", []):
-        st = d["stats"]
-        line = f"  drafter {d['name']}"
+def print_drafters(t: TaskResult, out) -> None:
+    """Table lines for one task's drafters (under ``brwsim llm``'s own table)."""
+    oracle = {r.P: r.mean for r in t.rows}
+    nan = (math.nan, math.nan)
+    for d in t.drafters:
+        st = d.stats
+        line = f"  drafter {d.name}"
         if "kl" in st:
             line += (
                 f": H(p,q) = {st['cross_entropy']:.3f} +- {st['cross_entropy_ci95']:.3f}, KL = {st['kl']:.3f} "
@@ -122,22 +123,24 @@ def print_drafters(t: dict, out) -> None:
                 "(nats, along the target's walks)"
             )
         print(line, file=out)
-        heads = list(d["builders"]) + ["frac", "ik_bound:topq", "ik_lorden"]
+        heads = list(d.builders) + ["frac", "ik_bound:topq", "ik_lorden"]
         print(f"{'P':>5} {'oracle':>8} " + " ".join(f"{h:>12}" for h in heads), file=out)
-        for r in d["results"]:
-            cells = [r.get(b, math.nan) for b in d["builders"]]
-            cells += [r.get("fraction_of_oracle", math.nan), r.get("ik_bound", math.nan), r.get("ik_lorden", math.nan)]
-            print(f"{r['P']:>5} {oracle[r['P']]:>8.3f} " + " ".join(f"{c:>12.3f}" for c in cells), file=out)
-        c = d.get("check")
+        for r in d.rows:
+            cells = [r.values.get(b, nan)[0] for b in d.builders]
+            frac = math.nan if r.fraction_of_oracle is None else r.fraction_of_oracle
+            cells += [frac, r.ik.get("ik_bound", math.nan), r.ik.get("ik_lorden", math.nan)]
+            print(f"{r.P:>5} {oracle[r.P]:>8.3f} " + " ".join(f"{c:>12.3f}" for c in cells), file=out)
+        c = d.check
         if c:
+            fixed = math.nan if c.fixed_value is None else c.fixed_value
             print(
-                f"  direct check ({c['calls']} speculative calls, P = {c['P']}, each prompt's best builder: "
-                f"{'/'.join(c['builders'])}): {c['accepted_per_call']:.3f} +- {c['accepted_per_call_ci95']:.3f} "
-                f"accepted per call vs path-probability value {c['path_probability_value']:.3f} (z = {c['z']:+.2f}); "
-                f"the fixed builder ({c.get('fixed_builder')}) at P = {c['P']}: {c.get('fixed_value', math.nan):.3f}",
+                f"  direct check ({c.calls} speculative calls, P = {c.P}, each prompt's best builder: "
+                f"{'/'.join(c.builders)}): {c.accepted_per_call:.3f} +- {c.accepted_per_call_ci95:.3f} "
+                f"accepted per call vs path-probability value {c.path_probability_value:.3f} (z = {c.z:+.2f}); "
+                f"the fixed builder ({c.fixed_builder}) at P = {c.P}: {fixed:.3f}",
                 file=out,
             )
-    if t.get("drafters"):
+    if t.drafters:
         print(
             "  ik_bound: C_q(s_P), equal to the topq value up to ties (a consistency check, not a bound); "
             "ik_lorden: prediction (i.i.d. steps); frac: the fixed builder (topq, or lookup_tree) / oracle; "
