@@ -125,3 +125,39 @@ def test_walker_query_equals_its_steps(tiny):
             q = NodeQuery(K=5, moments=True, u=u)
             _same(answer_rows(wa.step(tokens), q), wb.query(tokens, q))
             assert wa.prefixes == wb.prefixes
+
+
+def test_device_divergences_equal_the_host_ones():
+    torch = pytest.importorskip("torch")
+    from brwsim.llm.drafters._calibrate import device_divergences, row_divergences
+
+    lp, lq = _rows(4), _rows(5)
+    lq[2, :] = lp[2, :]  # identical rows: KL 0, TV 0, top-1 agreement 1
+    want = row_divergences(lp, lq)
+    got = device_divergences(torch.from_numpy(lp), torch.from_numpy(lq))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert got[2, 1] == pytest.approx(0.0, abs=1e-12) and got[2, 3] == 1.0
+
+
+@pytest.mark.parametrize("T", [1.0, 0.5])
+def test_walk_divergences_stay_on_the_device(tiny, T):
+    """The real-drafters walks on a device target record its rows there and measure a draft model's divergences
+    there: the same numbers as from whole rows on the host, and only K-sized answers cross."""
+    from brwsim.llm.drafters._calibrate import row_divergences
+    from brwsim.llm.drafters._hf import HFDraftContext
+    from brwsim.llm.drafters._measure import _StatsContext
+    from brwsim.llm.drafters._view import DraftView
+    from brwsim.llm.measure._walks import sample_walks
+
+    src = TempSource(tiny, T) if T != 1.0 else tiny
+    stats = _StatsContext(src.open(PROMPT), [DraftView(HFDraftContext(tiny, PROMPT), T)])
+    w = sample_walks(stats, 4, 5, np.random.default_rng(0), 6)
+    assert all(not isinstance(rows, np.ndarray) for _, rows in stats.steps)  # recorded on the device
+    moved = stats.transfer()
+    assert moved.per_node < 16 * 1024
+    got = stats.divergences(0)
+    every = [p for prefixes, _ in stats.steps for p in prefixes]
+    host = src.open(PROMPT)
+    want = row_divergences(host.logprobs(every), stats.views[0].logprobs(every))
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert len(every) == 4 + sum(len(t) - 1 for t in w.tokens)

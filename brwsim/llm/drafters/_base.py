@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -88,14 +88,17 @@ NO_PASS = PassFootprint(what="no model pass (proposals from the context)")
 
 class DraftContext(Protocol):
     """A drafter's questions about its tree below one prompt: its rows, the node query (what a builder reads of
-    them, answered where the drafter runs; :class:`~brwsim.llm.sources.NodeQuery`), whether a row is already
-    computed (None: cannot tell), dropping rows the caller no longer needs, and the passes it took."""
+    them, answered where the drafter runs; :class:`~brwsim.llm.sources.NodeQuery`), its rows as a tensor on its
+    device (None where they are on the host), whether a row is already computed (None: cannot tell), dropping
+    rows the caller no longer needs, and the passes it took."""
 
     passes: int
 
     def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray: ...
 
     def query(self, prefixes: Sequence[tuple[int, ...]], q: NodeQuery) -> NodeAnswer: ...
+
+    def device_rows(self, prefixes: Sequence[tuple[int, ...]]) -> Any: ...
 
     def known(self, prefix: tuple[int, ...]) -> bool | None: ...
 

@@ -63,6 +63,21 @@ def row_divergences(lp: np.ndarray, lq: np.ndarray) -> np.ndarray:
     return np.stack([ce, ce - H, tv, top, H], axis=-1)
 
 
+def device_divergences(lp, lq) -> np.ndarray:
+    """:func:`row_divergences` of two torch tensors ``f32[n, V]`` on the same device, computed there (float64
+    sums; only the ``[n, 5]`` result crosses to the host)."""
+    import torch
+
+    with torch.inference_mode():
+        lp, lq = lp.double(), lq.double()
+        p = torch.exp(lp)
+        H = -(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum(-1)
+        ce = -(p * torch.clamp(lq, min=-1e30)).sum(-1)
+        tv = 0.5 * torch.abs(p - torch.exp(lq)).sum(-1)
+        top = (torch.argmax(lq, -1) == torch.argmax(lp, -1)).double()
+        return torch.stack([ce, ce - H, tv, top, H], dim=-1).cpu().numpy()
+
+
 def calibrate(target, draft: DraftModel, ids: Sequence[int], T: float = 1.0, K: int = 128, target_rows=None):
     """The :class:`Calibration` of a draft model at temperature T on the held-out positions of ``ids``
     (``target_rows``: the target's teacher-forced rows at temperature 1, if already computed)."""

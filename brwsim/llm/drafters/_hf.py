@@ -96,6 +96,9 @@ class HFDraftContext:
         """The node query, answered where the drafter's model runs."""
         return self.inner.query(prefixes, q)
 
+    def device_rows(self, prefixes):
+        return self.inner.device_rows(prefixes)
+
     def known(self, prefix) -> bool | None:
         """Whether the prefix's row is already computed (asking for it costs no pass)."""
         return self.inner.known(prefix)

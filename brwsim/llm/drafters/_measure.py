@@ -34,10 +34,11 @@ import numpy as np
 
 from ..measure import PromptResult, open_walks_oracle
 from ..sources import Context, NodeQuery, Prompt, TempSource, Walker, WrappedWalker
+from ..sources._query import answer_tensor
 from ..sources.rounds import attributed, fork, phase
 from ._base import Drafter, Proposer
 from ._builders import EAGLE_DEPTH, EAGLE_TOP_K, ChainGuess, chain_nodes, eagle_nodes, sequoia_trees, topq_nodes
-from ._calibrate import row_divergences
+from ._calibrate import device_divergences, row_divergences
 from ._values import PromptCheck, prefix_values, speculative_check, target_logP, warm_target
 from ._view import DraftView
 
@@ -51,15 +52,26 @@ PROPOSER_BUILDERS = ("lookup_tree", "lookup_chain")
 
 class _StatsContext(Context):
     """The target's context whose walks record their rows; :meth:`divergences` then measures
-    :func:`row_divergences` against a drafter view (asked for all the walks' nodes at once, not step by step)."""
+    :func:`row_divergences` against a drafter view (asked for all the walks' nodes at once, not step by step).
+    Where the target's walker and the drafter keep their rows on the model's device, the rows are recorded there
+    and the divergences computed there (:func:`device_divergences`): no whole row crosses to the host."""
 
     def __init__(self, inner: Context, views: list):
         self.inner, self.views = inner, views
-        self.root = inner.root
-        self.steps: list[tuple[list, np.ndarray]] = []  # (prefixes, target rows) of each walk step
+        self.steps: list[tuple[list, object]] = []  # (prefixes, target rows: NumPy, or a device tensor) per step
+
+    @property
+    def root(self):
+        return self.inner.root
 
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)
+
+    def query(self, prefixes, q):
+        return self.inner.query(prefixes, q)
+
+    def transfer(self):
+        return self.inner.transfer()
 
     def record(self, prefixes, rows) -> None:
         self.steps.append((list(prefixes), rows))
@@ -70,26 +82,58 @@ class _StatsContext(Context):
         every = [p for prefixes, _ in self.steps for p in prefixes]
         if v is None or not every:
             return None
+        on_device = all(not isinstance(rows, np.ndarray) for _, rows in self.steps)
+        lq = v.device_rows(every) if on_device else None
+        if lq is not None and lq.device == self.steps[0][1].device:
+            from ..sources._device import _torch
+
+            return device_divergences(_torch().cat([rows for _, rows in self.steps]), lq)
         lq, at, out = v.logprobs(every), 0, []
         for prefixes, rows in self.steps:
-            out.append(row_divergences(rows, lq[at : at + len(prefixes)]))
+            out.append(row_divergences(self._host(rows), lq[at : at + len(prefixes)]))
             at += len(prefixes)
         return np.concatenate(out)
+
+    def _host(self, rows) -> np.ndarray:
+        if isinstance(rows, np.ndarray):
+            return rows
+        a = rows.detach().cpu().numpy()
+        moved = self.transfer()
+        if moved is not None:
+            moved.add(a.nbytes, a.shape[0])
+        return a
 
     def walker(self, n: int) -> Walker:
         return _StatsWalker(self, n)
 
 
 class _StatsWalker(WrappedWalker):
-    """The target's walker, every step's whole rows recorded (answered on the host: the divergences need them)."""
+    """The target's walker, every step's whole rows recorded: on the model's device where the walker keeps them
+    there (the walk's own query then answered there too), else on the host."""
 
     def __init__(self, ctx: _StatsContext, n: int):
         super().__init__(ctx, ctx.inner.walker(n))
-        ctx.record([()] * n, np.broadcast_to(ctx.root, (n, ctx.root.shape[0])))
+        root = ctx.inner.device_rows([()])
+        if root is None:
+            ctx.record([()] * n, np.broadcast_to(ctx.root, (n, ctx.root.shape[0])))
+        else:
+            ctx.record([()] * n, root.expand(n, root.shape[1]))
 
     def rows(self, rows):
         self.ctx.record(self.prefixes, rows)
         return rows
+
+    def query(self, tokens, q):
+        rows = self.inner.device_step(tokens)
+        if rows is None:
+            return super().query(tokens, q)
+        self._append(tokens)
+        self.ctx.record(self.prefixes, rows)
+        got = answer_tensor(rows, q)
+        moved = self.ctx.transfer()
+        if moved is not None:
+            moved.add(got.host_bytes, len(tokens))
+        return got
 
 
 def q_surprisals(view: DraftView, tokens: list, depth: int) -> np.ndarray:

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 from ..sources import Context, NodeAnswer, NodeQuery, answer_rows, temper
+from ..sources._query import temper_tensor
 
 
 class DraftView(Context):
@@ -19,6 +20,11 @@ class DraftView(Context):
 
     def logprobs(self, prefixes):
         return temper(self.dctx.logprobs([tuple(p) for p in prefixes]), self.T)
+
+    def device_rows(self, prefixes):
+        """The tempered rows on the drafter's device (None where its rows are on the host)."""
+        rows = self.dctx.device_rows([tuple(p) for p in prefixes])
+        return None if rows is None else temper_tensor(rows, self.T)
 
     def known(self, prefix: tuple[int, ...]) -> bool | None:
         """Whether the prefix's row is already computed (free to ask); None: the draft context cannot tell."""

@@ -77,6 +77,14 @@ class Walker:
         self._append(tokens)
         return self.ctx.query(self.prefixes, q)
 
+    def device_step(self, tokens: Sequence[int]):
+        """Append one token to each continuation and return the new rows as a tensor on the model's device; None
+        (nothing appended) where this walker's rows are on the host."""
+        rows = self.ctx.device_rows([p + (int(t),) for p, t in zip(self.prefixes, tokens, strict=True)])
+        if rows is not None:
+            self._append(tokens)
+        return rows
+
     def keep(self, rows: Sequence[int]) -> None:
         self.prefixes = [self.prefixes[i] for i in rows]
 
@@ -100,6 +108,9 @@ class WrappedWalker(Walker):
         """Answered on the host from :meth:`step`'s rows (a wrapper transforms whole rows)."""
         return answer_rows(self.step(tokens), q)
 
+    def device_step(self, tokens):
+        return None  # a wrapper transforms whole rows on the host unless it says otherwise
+
     def keep(self, rows):
         self.inner.keep(rows)
         self.prefixes = [self.prefixes[i] for i in rows]
@@ -121,6 +132,11 @@ class Context(abc.ABC):
 
     def walker(self, n: int) -> Walker:
         return Walker(self, n)
+
+    def device_rows(self, prefixes: Sequence[tuple[int, ...]]):
+        """The rows of ``prefixes`` as a tensor ``f32[B, V]`` on the model's device (missing ones evaluated), for a
+        computation that needs whole rows without moving them; None where the context's rows are on the host."""
+        return None
 
     def transfer(self) -> Transfer | None:
         """What crossed from the model's device to the host for this context (None: its rows are on the host,

@@ -93,6 +93,11 @@ class _DeviceRows(Context):
     def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
         raise NotImplementedError
 
+    def device_rows(self, prefixes):
+        """Whole rows of any prefixes as one tensor on the model's device (nothing crosses to the host)."""
+        rows = self._rows(prefixes)
+        return _torch().zeros((0, self.src.vocab_size)) if rows is None else _torch().stack(rows)
+
     def logprobs(self, prefixes) -> np.ndarray:
         """Whole rows of any prefixes, on the host (missing nodes and their missing ancestors evaluated first)."""
         rows = self._rows(prefixes)
@@ -215,6 +220,9 @@ class HFWalker(Walker):
 
     def step(self, tokens):
         return self.ctx._host(self._step(tokens))
+
+    def device_step(self, tokens):
+        return self._step(tokens)
 
     def query(self, tokens, q: NodeQuery) -> NodeAnswer:
         """One token appended to each continuation, ``q`` answered on the model's device."""

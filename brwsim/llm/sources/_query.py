@@ -102,10 +102,14 @@ class Transfer:
 
 
 class HostQuery:
-    """For a class with ``logprobs(prefixes)`` whose rows are on the host: the node query answered from them."""
+    """For a class with ``logprobs(prefixes)`` whose rows are on the host: the node query answered from them, and
+    no device rows."""
 
     def query(self, prefixes, q: NodeQuery) -> NodeAnswer:
         return answer_rows(self.logprobs(prefixes), q)
+
+    def device_rows(self, prefixes):
+        return None
 
 
 def top_k_rows(logp: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ import math
 
 from ...errors import BrwsimError
 from ._base import Context, LogitsSource, Walker, WrappedWalker, Wrapper
-from ._query import NodeAnswer, NodeQuery, temper
+from ._query import NodeAnswer, NodeQuery, temper, temper_tensor
 
 
 def check_temperature(T) -> float:
@@ -59,6 +59,10 @@ class TempContext(Context):
     def transfer(self):
         return self.inner.transfer()
 
+    def device_rows(self, prefixes):
+        rows = self.inner.device_rows(prefixes)
+        return None if rows is None else temper_tensor(rows, self.T)
+
 
 class _TempWalker(WrappedWalker):
     def rows(self, rows):
@@ -70,3 +74,10 @@ class _TempWalker(WrappedWalker):
         got = self.inner.query(tokens, dataclasses.replace(q, T=self.ctx.T))
         self._append(tokens)
         return got
+
+    def device_step(self, tokens):
+        rows = self.inner.device_step(tokens)
+        if rows is None:
+            return None
+        self._append(tokens)
+        return temper_tensor(rows, self.ctx.T)
