@@ -114,11 +114,12 @@ def _source(params: dict):
 
 def measure(params: dict, order: list, budget: float | None, width: int, log) -> list:
     """The measured (cached) point of each prompt of ``order``, None where the budget left it unmeasured."""
-    from brwsim.llm.measure import open_and_measure
+    from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
+
+    st = DrafterSettings(walks=params["walks"], depth=params["depth"], seed=params["seed"], batch=params["batch"])
 
     def one(p):
-        _, r = open_and_measure(_source(params), p, max(params["P"]), params["walks"], params["depth"],
-                                params["seed"], params["batch"])  # fmt: skip
+        r, _ = measure_prompt_drafters(_source(params), [], p, max(params["P"]), st)  # the one pipeline, no drafter
         log(f"{p.task} {p.id}: {r.n_tokens} tokens, model {sum(r.phases.values()):.1f} s")
         return [r.to_dict()]
 

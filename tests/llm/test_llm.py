@@ -106,7 +106,8 @@ def test_real_oracle_tree_equals_brute_force(tiny, eos):
 
 
 def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
-    from brwsim.llm.measure import measure_prompt, summarize_task
+    from brwsim.llm.drafters import DrafterSettings, measure_prompt_drafters
+    from brwsim.llm.measure import summarize_task
     from brwsim.llm.sources import FileSource, Recorder
     from brwsim.llm.sources._prompts import Prompt
 
@@ -117,7 +118,8 @@ def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
     tiny.tokenizer = Ids()
     p = Prompt("t", "0", " ".join(map(str, PROMPT)))
     rec = Recorder(tiny)
-    r = measure_prompt(rec, p, P_max=6, walks=16, depth=6, seed=3, batch=3)
+    st = DrafterSettings(walks=16, depth=6, seed=3, batch=3)
+    r, _ = measure_prompt_drafters(rec, [], p, 6, st)  # the one per-prompt pipeline, no drafter
     assert r.walks.xi.shape == (16, 6) and np.all(np.isfinite(r.walks.xi)) and np.all(r.walks.xi >= 0)
     # the entropy of the first node is the root's
     root = tiny.open(PROMPT).root
@@ -125,8 +127,9 @@ def test_walks_moments_and_saved_logits_round_trip(tiny, tmp_path):
     np.testing.assert_allclose(r.walks.H[:, 0], h0, rtol=1e-4)
     path = str(tmp_path / "saved.npz")
     rec.save(path)
+    assert len(rec.entries) == len({(q, pre) for q, pre, _ in rec.entries})  # each row saved once
     fs = FileSource(path)
-    r2 = measure_prompt(fs, p, P_max=6, walks=16, depth=6, seed=3, batch=3)
+    r2, _ = measure_prompt_drafters(fs, [], p, 6, st)
     np.testing.assert_allclose(r2.oracle.values, r.oracle.values, rtol=2e-3)  # float16 rows
     assert r2.walks.tokens == r.walks.tokens
     d = summarize_task("t", [r], [1, 2, 6], surrogate_trees=64, seed=0).to_dict()

@@ -270,8 +270,9 @@ def measure_prompt_drafters(
     # every drafter builds its trees in a thread of its own: in a concurrent run its passes join other prompts'
     built = fork([drafter_job(i, d) for i, d in enumerate(drafters)])
     out = []
-    with phase("values"):
-        warm_target(tctx, [n for _, trees in built for n in [*trees.nodes.values(), *trees.sequoia.values()]])
+    if built:
+        with phase("values"):
+            warm_target(tctx, [n for _, trees in built for n in [*trees.nodes.values(), *trees.sequoia.values()]])
     for d, (passes, trees) in zip(drafters, built, strict=True):
         with phase(f"drafter:{d.name}"):
             values = _values(tctx, trees, P_max)

@@ -1,7 +1,7 @@
 """Measurements on a real model's token tree (docs/llm.md, "What is measured").
 
-Per prompt (:func:`open_walks_oracle`, the one opening every per-prompt measurement shares; :func:`open_and_measure`
-adds the result):
+Per prompt (:func:`open_walks_oracle`, the one opening of the one per-prompt pipeline,
+:func:`brwsim.llm.drafters.measure_prompt_drafters`, which a measurement without drafters runs too):
 
 - **walks** (:func:`sample_walks`): continuations sampled from the model
   itself (the spine of docs/theory.md), ``depth`` tokens each, stopped at an
@@ -27,8 +27,6 @@ from ._walks import (
     Opened,
     PromptResult,
     Walks,
-    measure_prompt,
-    open_and_measure,
     open_walks_oracle,
     prompt_rng,
     sample_walks,
@@ -39,8 +37,6 @@ __all__ = [
     "OracleTree",
     "PromptResult",
     "Walks",
-    "measure_prompt",
-    "open_and_measure",
     "open_walks_oracle",
     "oracle_tree",
     "pool_law",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 import numpy as np
 
@@ -115,29 +114,6 @@ class PromptResult:
                             [tuple(p) for p in o["prefixes"]], o["evaluated"], o["passes"])  # fmt: skip
         return cls(Prompt(**d["prompt"]), d["n_tokens"], walks, oracle, d["seconds"], d["phases"], d["host"],
                    d.get("tokens", {}), d.get("floor", {}), d.get("host_bytes", 0), d.get("host_nodes", 0))  # fmt: skip
-
-
-def measure_prompt(source: LogitsSource, prompt: Prompt, P_max: int, **kw) -> PromptResult:
-    """Walks and the oracle tree of one prompt (one KV-cached context); ``kw`` as :func:`open_and_measure`."""
-    return open_and_measure(source, prompt, P_max, **kw)[1]
-
-
-def open_and_measure(
-    source: LogitsSource,
-    prompt: Prompt,
-    P_max: int,
-    walks: int = 16,
-    depth: int = 48,
-    seed: int = 0,
-    batch: int = 4,
-    K: int | None = None,
-) -> tuple:
-    """(context, :class:`PromptResult`): ``walks`` sampled continuations of ``depth`` tokens (seeded per
-    prompt) and the oracle tree up to ``P_max`` (``batch`` nodes per forward pass), keeping the context open."""
-    t0 = time.perf_counter()
-    attributed(reset=True)
-    m = open_walks_oracle(source, prompt, P_max, walks, depth, seed, batch, K)
-    return m.ctx, m.result(prompt, time.perf_counter() - t0)
 
 
 @dataclasses.dataclass

@@ -159,6 +159,7 @@ class Recorder(Wrapper):
         super().__init__(inner)
         self.dtype = dtype
         self.entries: list = []
+        self.saved: set = set()  # (prompt, prefix) of each saved row
         self.texts: dict[str, list[int]] = {}
 
     def encode(self, text):
@@ -177,7 +178,7 @@ class _RecordingContext(Context):
     def __init__(self, rec: Recorder, prompt, inner: Context):
         self.rec, self.prompt, self.inner = rec, prompt, inner
         self.root = inner.root
-        rec.entries.append((prompt, (), np.asarray(inner.root).astype(rec.dtype)))
+        self.keep([()], inner.root[None])
 
     def logprobs(self, prefixes):
         out = self.inner.logprobs(prefixes)
@@ -186,7 +187,9 @@ class _RecordingContext(Context):
 
     def keep(self, prefixes, rows) -> None:
         for p, row in zip(prefixes, rows, strict=True):
-            self.rec.entries.append((self.prompt, tuple(p), np.asarray(row).astype(self.rec.dtype)))
+            if (self.prompt, tuple(p)) not in self.rec.saved:  # a row asked again is saved once
+                self.rec.saved.add((self.prompt, tuple(p)))
+                self.rec.entries.append((self.prompt, tuple(p), np.asarray(row).astype(self.rec.dtype)))
 
     def walker(self, n):
         return _RecordingWalker(self, self.inner.walker(n))
