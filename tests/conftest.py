@@ -37,13 +37,13 @@ SLOW_FILES = {
     "tests/test_oracle.py": 105,
     "tests/test_bounds_property.py": 90,
     "tests/test_estimate.py": 75,
-    "tests/llm/test_specdec.py": 70,
+    "tests/llm/specdec/test_specdec.py": 70,
     "tests/test_cli.py": 70,
     "tests/llm/test_plan.py": 60,
     "tests/test_specsampling.py": 50,
     "tests/test_spine.py": 40,
     "tests/test_draft_costs.py": 37,
-    "tests/llm/test_real_drafters.py": 35,
+    "tests/llm/drafters/test_real_drafters.py": 35,
     "tests/test_theory.py": 32,
 }
 

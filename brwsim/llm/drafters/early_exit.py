@@ -2,7 +2,7 @@
 
 The cut model shares the target's weights (no copy); its KV cache is its
 own. With ``k`` = the model's layer count it is the target itself, and its
-top-P-by-Q tree is the oracle (tests/llm/test_real_drafters.py).
+top-P-by-Q tree is the oracle (tests/llm/drafters/test_real_drafters.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ come from a model, not a law: rows are asked lazily and in batches of
 ``batch`` nodes per forward pass, and end-of-sequence tokens have no
 children. It is the one search of the real-model side: the oracle
 (:func:`oracle_tree` on the target's context) and every drafter's
-top-P-by-Q tree (on the drafter's view) run it. tests/llm/test_measure.py
+top-P-by-Q tree (on the drafter's view) run it. tests/llm/measure/test_measure.py
 checks it against :func:`brwsim.oracle.oracle_one` on a synthetic law.
 """
 

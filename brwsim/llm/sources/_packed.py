@@ -24,7 +24,7 @@ CPU kernels measured here the product of a row then does not depend on how
 many rows are beside it, while row counts 1-3, 5-7 and 9-11 take other
 kernels whose last bits differ. Attention is computed at each request's own
 padded shape, whether it is alone or batched with others, and everything else
-is per row. tests/llm/test_packed.py requires a request's rows to be
+is per row. tests/llm/sources/test_packed.py requires a request's rows to be
 bit-identical alone and packed with others: a prompt's numbers are the same
 whatever was measured beside it.
 

@@ -17,7 +17,7 @@ Outside :func:`run_concurrently` (a single prompt, the tests, calibration)
 :func:`ask` answers at once with ``engine.run([request])``. The packed
 engines give every request the same bits whatever else is in its pass, so a
 prompt's numbers do not depend on which prompts were measured beside it, nor
-on ``width`` (tests/llm/test_packed.py).
+on ``width`` (tests/llm/sources/test_packed.py).
 
 Time is attributed per thread and phase (:func:`phase`), so that a prompt's
 seconds are what it used, not what it waited: *model* seconds are each

@@ -306,7 +306,8 @@ def test_temperature_law_for_synthetic_trees():
     assert H(lc) < H(lp)
     assert parse_law(cold.spec()).T == 0.5
     with pytest.raises(BrwsimError, match="must be i.i.d"):
-        parse_law(f"temp:T=0.5,law={os.path.join(os.path.dirname(__file__), '..', '..', 'examples', 'two_state.json')}")
+        two_state = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "two_state.json")
+        parse_law(f"temp:T=0.5,law={two_state}")
     with pytest.raises(BrwsimError, match="T"):
         parse_law("temp:T=0,law=dirichlet:V=50,alpha=0.5")
 
@@ -387,7 +388,8 @@ def test_prompts_measured_together_give_the_numbers_of_one_at_a_time(tiny):
     from brwsim.llm.sources.rounds import run_concurrently
 
     widths = tuple(sorted({(m.in_features, m.out_features) for m in tiny.model.modules() if hasattr(m, "in_features")}))
-    if not rows_are_batch_invariant(widths):  # (then packed rows agree to float rounding: tests/llm/test_packed.py)
+    # (where not, packed rows agree to float rounding: tests/llm/sources/test_packed.py)
+    if not rows_are_batch_invariant(widths):
         pytest.skip("this machine's matrix kernels give a row other bits beside other rows")
     ds = [open_llm_drafter(s, tiny) for s in ("layerskip:skip=2-3", "lowbit:bits=4", "lookup:n=2")]
     st = DrafterSettings(walks=6, depth=8, check_samples=40, check_P=4, top_k=3, eagle_depth=3)
