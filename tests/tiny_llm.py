@@ -43,3 +43,20 @@ def tiny_gemma3(vocab: int, n_layers: int = 3, seed: int = 0, window: int = 64):
     cfg = Gemma3TextConfig(vocab_size=vocab, num_hidden_layers=n_layers, head_dim=8, max_position_embeddings=128,
                            sliding_window=window, layer_types=types, query_pre_attn_scalar=8, **SHAPE)  # fmt: skip
     return _random(lambda: Gemma3ForCausalLM(cfg), seed, norms=True)
+
+
+# a tiny word-level vocabulary and prompts over it (speculative decoding's exactness tests, bfloat16 end to end)
+WORDS = ["<unk>"] + [f"w{i}" for i in range(11)]
+V = len(WORDS)
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [7, 7, 2, 10, 1], [5, 8]]
+
+
+def word_tokenizer(words):
+    """A transformers tokenizer over the given words (one id each, in order)."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=words[0])

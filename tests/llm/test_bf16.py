@@ -8,8 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_specdec import PROMPTS, WORDS, V, word_tokenizer
-from tiny_llm import tiny_llama
+from tiny_llm import PROMPTS, WORDS, V, tiny_llama, word_tokenizer
 
 pytestmark = pytest.mark.needs_llm
 

@@ -9,24 +9,9 @@ import itertools
 
 import numpy as np
 import pytest
-from tiny_llm import tiny_llama
+from tiny_llm import PROMPTS, WORDS, V, tiny_llama, word_tokenizer
 
 pytestmark = pytest.mark.needs_llm
-
-WORDS = ["<unk>"] + [f"w{i}" for i in range(11)]
-V = len(WORDS)
-PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [7, 7, 2, 10, 1], [5, 8]]
-
-
-def word_tokenizer(words):
-    """A transformers tokenizer over the given words (one id each, in order)."""
-    pytest.importorskip("tokenizers")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=words[0])
 
 
 def _source(vocab: int, layers: int, seed: int, head_scale: float, tok=None):

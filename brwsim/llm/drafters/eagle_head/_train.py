@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
@@ -40,8 +39,9 @@ def state_sha256(head: Head) -> str:
 def target_tables(model, ids: np.ndarray, topk: int, desc: str, progress: bool) -> tuple:
     """(features ``[N, T, H]``, the target's top-``topk`` next tokens ``[N, T, topk]``), 4 windows a pass."""
     fs, tops = [], []
+    dev = next(model.parameters()).device
     for a in tqdm(range(0, len(ids), 4), desc=desc, unit="pass", disable=not progress):
-        f = features(model, torch.as_tensor(ids[a : a + 4]))
+        f = features(model, torch.as_tensor(ids[a : a + 4], device=dev))
         fs.append(f)
         tops.append(torch.topk(decode(model, f), topk, dim=-1).indices)
     return torch.cat(fs), torch.cat(tops)
@@ -54,9 +54,10 @@ def tables(model, ids, hid, topk: int, path: Path, progress: bool) -> tuple:
     they are kept in the cache beside the heads and shared by every config
     that reads the same windows.
     """
+    dev = next(model.parameters()).device
     if path.is_file():
         try:
-            t = torch.load(path, weights_only=True, map_location="cpu")
+            t = torch.load(path, weights_only=True, map_location=dev)
             return t["f"], t["tops"], t["hf"], True
         except (OSError, RuntimeError, KeyError):
             pass  # recomputed below
@@ -64,7 +65,7 @@ def tables(model, ids, hid, topk: int, path: Path, progress: bool) -> tuple:
     hf, _ = target_tables(model, hid, 1, "eagle head: held-out features", progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save({"f": f, "tops": tops, "hf": hf}, tmp)
+    torch.save({"f": f.cpu(), "tops": tops.cpu(), "hf": hf.cpu()}, tmp)
     os.replace(tmp, path)
     return f, tops, hf, False
 
@@ -78,16 +79,17 @@ def _schedule(cfg: HeadConfig, step: int) -> float:
 
 def fit(head: Head, model, f, ids, tops, cfg: HeadConfig, progress: bool = True) -> list:
     """``cfg.steps`` AdamW steps on random batches (seeded); returns the loss of every step."""
+    dev = f.device  # the target's: features, tokens, head and noise all there
     torch.manual_seed(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1)
     rng = np.random.default_rng([cfg.seed, 2])
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(cfg, s))
-    toks = torch.as_tensor(ids)
+    toks = torch.as_tensor(ids, device=dev)
     history = []
     bar = tqdm(range(cfg.steps), desc="eagle head: training", unit="step", disable=not progress)
     for _ in bar:
-        b = torch.as_tensor(rng.choice(len(ids), size=min(cfg.batch, len(ids)), replace=False))
+        b = torch.as_tensor(rng.choice(len(ids), size=min(cfg.batch, len(ids)), replace=False), device=dev)
         total, _ = loss(head, model, f[b], toks[b], tops[b], cfg, gen)
         opt.zero_grad(set_to_none=True)
         total.backward()
@@ -102,7 +104,7 @@ def fit(head: Head, model, f, ids, tops, cfg: HeadConfig, progress: bool = True)
 def evaluate(head: Head, model, f, ids, depths: int = EVAL_DEPTHS) -> list[dict]:
     """Held-out KL(p || q) and top-1 agreement at drafting depths 1..``depths`` (95% CI over windows)."""
     head.eval()
-    toks = torch.as_tensor(ids)
+    toks = torch.as_tensor(ids, device=f.device)
     rows = torch.cat(
         [heldout_stats(head, model, f[a : a + 2], toks[a : a + 2], depths) for a in range(0, len(ids), 2)], 1
     )
@@ -148,12 +150,6 @@ def load(model, dest: Path) -> tuple[Head, dict] | None:
     return head.eval(), meta
 
 
-def cpu_model(model):
-    """The model on the CPU: training, its tables and the cache work on CPU tensors, so a target on another device
-    is copied here (the trained head then runs on the target's device, :class:`._drafter.EagleDraftModel`)."""
-    return model if next(model.parameters()).device.type == "cpu" else copy.deepcopy(model).to("cpu")
-
-
 def locate(target, cfg: HeadConfig) -> dict:
     """The head's training and held-out windows, the files they came from, its data spec, cache key and directory
     (reads the text and tokenizes the windows; trains nothing)."""
@@ -167,10 +163,11 @@ def locate(target, cfg: HeadConfig) -> dict:
 
 
 def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Head, dict]:
-    """Train (or load from the cache) the head for ``target`` under ``cfg`` on the CPU; returns (head, metadata)."""
+    """Train (or load from the cache) the head for ``target`` under ``cfg`` on the target's device (its tables
+    cached on the host); returns (head, metadata)."""
     say = log or (lambda _msg: None)
     t0 = time.perf_counter()
-    model = cpu_model(target.model)
+    model = target.model
     where = locate(target, cfg)
     ids, files, hid, hfiles = where["ids"], where["files"], where["hid"], where["hfiles"]
     data, fp, key, dest = where["data"], where["fingerprint"], where["key"], where["dest"]
@@ -187,7 +184,8 @@ def train(target, cfg: HeadConfig, progress: bool = True, log=None) -> tuple[Hea
     t2 = time.perf_counter()
     scale = float(f.pow(2).mean().sqrt())
     head = head_for(model, scale)
-    head.reset(torch.Generator().manual_seed(cfg.seed))
+    head.reset(torch.Generator().manual_seed(cfg.seed))  # drawn on the host: the same start on every device
+    head = head.to(f.device)
     history = fit(head, model, f, ids, tops, cfg, progress)
     t3 = time.perf_counter()
     meta = {

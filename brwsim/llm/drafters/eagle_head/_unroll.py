@@ -18,10 +18,10 @@ from torch.nn import functional as F
 from ._target import decode, parts, rope
 
 
-def depth_mask(s: int, T: int) -> torch.Tensor:
+def depth_mask(s: int, T: int, device=None) -> torch.Tensor:
     """``[T, s * T]`` boolean: which keys (depth 1 .. s, each ``T`` positions) depth ``s`` at position i sees."""
-    i = torch.arange(T)[:, None]
-    j = torch.arange(T)[None, :]
+    i = torch.arange(T, device=device)[:, None]
+    j = torch.arange(T, device=device)[None, :]
     blocks = [j <= i - s + 1] if s > 1 else [j <= i]
     for r in range(2, s + 1):
         blocks.append(j == i - s + r)
@@ -35,17 +35,18 @@ def unroll(head, model, f, toks, depths: int, noise: float = 0.0, generator=None
     """
     B, T, H = f.shape
     emb = parts(model)[3](toks[:, 1:]).detach()
-    pos = torch.arange(T - 1)[None].expand(B, -1)
+    dev = f.device  # every tensor where the features are: training runs on the target's device
+    pos = torch.arange(T - 1, device=dev)[None].expand(B, -1)
     cos, sin = rope(model, pos)
     fin = f[:, :-1]
     if noise > 0:
         scale = head.scale * noise
-        fin = fin + torch.randn(fin.shape, generator=generator) * scale
-    out, k, v = head.layer(head.embed_in(fin, emb), cos, sin, mask=depth_mask(1, T - 1))
+        fin = fin + torch.randn(fin.shape, generator=generator, device=dev) * scale
+    out, k, v = head.layer(head.embed_in(fin, emb), cos, sin, mask=depth_mask(1, T - 1, dev))
     outs, ks, vs = [out], [k], [v]
     for s in range(2, depths + 1):
         prev = torch.cat([torch.zeros_like(out[:, :1]), outs[-1][:, :-1]], dim=1)
-        mask = depth_mask(s, T - 1)
+        mask = depth_mask(s, T - 1, dev)
         out, k, v = head.layer(head.embed_in(prev, emb), cos, sin, torch.cat(ks, 2), torch.cat(vs, 2), mask)
         outs.append(out)
         ks.append(k)
@@ -68,7 +69,7 @@ def loss(head, model, f, toks, topk, cfg, generator=None) -> tuple[torch.Tensor,
     tgt = f[:, 1:]
     with torch.no_grad():
         p = torch.softmax(norm(tgt) @ W.T, dim=-1)
-    total = torch.zeros(())
+    total = torch.zeros((), device=f.device)
     parts_ = []
     for s, out in enumerate(outs, start=1):
         sl = slice(s - 1, None)
