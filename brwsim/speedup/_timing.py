@@ -134,39 +134,50 @@ def linear_shapes(model) -> list[tuple[int, int, int]]:
     return [(i, o, c) for (i, o), c in sorted(counts.items())]
 
 
-def _time_call(fn, min_s: float) -> float:
-    """Seconds per call of ``fn``, run back to back until ``min_s`` has passed (at least twice)."""
+def _time_call(fn, min_s: float, device: str = "cpu") -> float:
+    """Seconds per call of ``fn``, run back to back until ``min_s`` has passed (at least twice); the device
+    synchronised before the clock starts and before each reading (CUDA runs asynchronously)."""
     fn()
+    synchronize(device)
     k, t0 = 0, time.perf_counter()
     while True:
         fn()
         k += 1
+        synchronize(device)
         dt = time.perf_counter() - t0
         if k >= 2 and dt >= min_s:
             return dt / k
 
 
-def gemm_throughput(shapes, rows, repeats: int = 3, min_s: float = 0.03, seed: int = 0) -> dict:
+def gemm_throughput(shapes, rows, repeats: int = 3, min_s: float = 0.03, seed: int = 0, device: str = "cpu") -> dict:
     """Achieved FLOP/s of ``x @ W.T`` (``torch.nn.functional.linear``, the verification pass's kernel) for each
     ``(d_in, d_out)`` of ``shapes`` and each row count ``n`` of ``rows``: ``2 n d_in d_out`` / seconds, median of
     ``repeats`` rounds. The same matrix is applied back to back, so a matrix that fits the cache is read from it:
-    this is the kernel's compute throughput at that shape, not the memory bandwidth."""
+    this is the kernel's compute throughput at that shape, not the memory bandwidth. The operands are drawn on the
+    host (the same numbers on every device) and moved to ``device``."""
     torch = _torch()
     g = torch.Generator().manual_seed(seed)
     out: dict[tuple[int, int], dict[int, list[float]]] = {}
     with torch.inference_mode():
         for _ in range(repeats):  # rounds over every shape and n: load from other processes hits all alike
             for d_in, d_out, *_ in shapes:
-                w = torch.randn(d_out, d_in, generator=g)
+                w = torch.randn(d_out, d_in, generator=g).to(device)
                 for n in rows:
-                    x = torch.randn(n, d_in, generator=g)
-                    t = _time_call(functools.partial(torch.nn.functional.linear, x, w), min_s)
+                    x = torch.randn(n, d_in, generator=g).to(device)
+                    t = _time_call(functools.partial(torch.nn.functional.linear, x, w), min_s, device)
                     out.setdefault((d_in, d_out), {}).setdefault(n, []).append(2.0 * n * d_in * d_out / t)
     return {k: {n: float(np.median(v)) for n, v in d.items()} for k, d in out.items()}
 
 
 def attention_throughput(
-    heads: int, head_dim: int, context: int, rows, repeats: int = 3, min_s: float = 0.03, seed: int = 0
+    heads: int,
+    head_dim: int,
+    context: int,
+    rows,
+    repeats: int = 3,
+    min_s: float = 0.03,
+    seed: int = 0,
+    device: str = "cpu",
 ) -> dict[int, float]:
     """Achieved FLOP/s of one layer's masked attention (``scaled_dot_product_attention`` with a float mask, as the
     tree pass calls it) for ``n`` query rows against ``context + n`` keys: ``4 heads head_dim n (context + n)`` /
@@ -177,12 +188,12 @@ def attention_throughput(
     with torch.inference_mode():
         for _ in range(repeats):
             for n in rows:
-                q = torch.randn(1, heads, n, head_dim, generator=g)
-                k = torch.randn(1, heads, context + n, head_dim, generator=g)
-                v = torch.randn(1, heads, context + n, head_dim, generator=g)
-                mask = torch.zeros(1, 1, n, context + n)
+                q = torch.randn(1, heads, n, head_dim, generator=g).to(device)
+                k = torch.randn(1, heads, context + n, head_dim, generator=g).to(device)
+                v = torch.randn(1, heads, context + n, head_dim, generator=g).to(device)
+                mask = torch.zeros(1, 1, n, context + n, device=device)
                 f = functools.partial(torch.nn.functional.scaled_dot_product_attention, q, k, v, attn_mask=mask)
-                t = _time_call(f, min_s)
+                t = _time_call(f, min_s, device)
                 out[n].append(4.0 * heads * head_dim * n * (context + n) / t)
     return {n: float(np.median(v)) for n, v in out.items()}
 
