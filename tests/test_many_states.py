@@ -1,7 +1,7 @@
 """Markov laws of many states: the state count is a data dimension, not one compiled kernel per state.
 
 States whose laws are of one kind (one class and static fields; fixed laws of any vocabulary, padded with
-probability-0 tokens; Dirichlet, logit-normal, random-exponent Zipf and temperature laws of any parameters,
+probability-0 tokens; Dirichlet, logit-normal, Zipf and temperature laws of any parameters,
 held as data) are stacked and gathered by index (brwsim.laws.stack_laws): the oracle's node draw is one
 branch per kind and the spine's step one compilation per kind, whatever the number of states. Each state
 still gets its own law.
@@ -155,16 +155,46 @@ def test_drawn_states_differing_in_parameters_are_one_kind():
     # a law alone in its kind keeps its static form: the same compiled code as outside a Markov law
     alone, _, _ = stack_laws([parse_law("dirichlet:V=6,alpha=0.3"), parse_law("dirichlet:V=6,alpha=0.3")])
     assert alone[0].consts is None
-    # random Zipf exponents are one kind; deterministic Zipf laws keep their own exact rows and spine tables
+    # random Zipf exponents are one kind; fixed exponents another (s as data, each its own exact spine tables)
     zipfs = [
         parse_law(s) for s in ("zipf:V=6,s=1.1,s_sd=0.4", "zipf:V=6,s=2,s_sd=0.1", "zipf:V=6,s=1.1", "zipf:V=6,s=2")
     ]
     stacked, group, _ = stack_laws(zipfs, extra=lambda law: law.spine_tables())
-    assert group.tolist() == [0, 0, 1, 2] and len(stacked) == 3
+    assert group.tolist() == [0, 0, 1, 1] and len(stacked) == 2
+    for i, law in ((0, zipfs[2]), (1, zipfs[3])):  # each state's own tables, from its own law
+        tables = jax.tree.map(lambda x, i=i: x[i], stacked[1][1])
+        jax.tree.map(np.testing.assert_array_equal, tables, law.spine_tables())
     # temperatures of one inner family are one kind, whatever T and the inner law's parameters
     temps = [parse_law(f"temp:T={T},law=dirichlet:V=6,alpha={a}") for T, a in ((0.5, 0.1), (2, 0.1), (1e-39, 0.15))]
     stacked, group, _ = stack_laws([*temps, parse_law("temp:T=2,law=logitnormal:V=6,sigma=1")])
     assert group.tolist() == [0, 0, 0, 1] and len(stacked) == 2
+
+
+@pytest.mark.parametrize("s", ["0.3", "1.1", "2", "1e39"])
+def test_a_fixed_zipf_exponent_as_data_gives_the_same_rows(s):
+    law = parse_law(f"zipf:V=50,s={s}")
+    form = law.with_data_params()
+    assert form is not law and form.s == 1.0 and jax.tree.leaves(form)
+    full = jax.jit(lambda w: w.full_logp(None, 0))
+    np.testing.assert_array_equal(np.asarray(full(law)), np.asarray(full(form)))
+
+
+def test_spine_walks_of_zipf_states_with_distinct_exponents_compile_once():
+    def law(exponents):
+        n = len(exponents)
+        names = [f"s{i}" for i in range(n)]
+        kernel = {s: [[1 / n] * n] for s in names}
+        states = {s: f"zipf:V=50,s={e}" for s, e in zip(names, exponents, strict=True)}
+        return markov_law({"states": states, "initial": names[0], "kernel": kernel})
+
+    sample_walks(jax.random.key(0), law([1.1, 1.2]), 64, depth=4)
+    many = law([1.05 + 0.05 * i for i in range(12)])
+    n = _compiles(lambda: sample_walks(jax.random.key(0), many, 64, depth=4))
+    assert n <= 6, n  # one step for the 12 Zipf states (12 or more when each exponent compiled its own)
+    w = sample_walks(jax.random.key(1), many, 256, depth=6)
+    for st, sub in enumerate(many.sub_laws()):  # every step's surprisal is one of its own state's tokens'
+        allowed = -np.asarray(sub.node_logp(None, 0, sub.vocab))
+        assert np.all(np.isin(w.xi[w.state == st].astype(np.float32), allowed.astype(np.float32)))
 
 
 def test_spine_walks_of_distinct_drawn_states_compile_once_per_kind():

@@ -31,6 +31,8 @@ class Zipf(Law):
     s_sd: float = 0.0
     # with_data_params of a random exponent: float32 (log s, s_sd) as data (s, s_sd then stand-ins 1, 1)
     params: jax.Array | None = data_field(default=None)
+    # with_data_params of a fixed exponent: s in float32 as data, rounded as scale_logits rounds it (s then 1)
+    s32: jax.Array | None = data_field(default=None)
 
     spec_keys = ({"V", "s"}, {"s_sd"})
 
@@ -48,15 +50,17 @@ class Zipf(Law):
         return self.V
 
     def full_logp(self, key, state):
-        s = self.s
+        s = self.s if self.s32 is None else self.s32
         if self.s_sd > 0:  # in log space: no s * inf or 0 * inf, whatever the draw
             log_s, sd = (math.log(self.s), self.s_sd) if self.params is None else (self.params[0], self.params[1])
             s = jnp.exp(log_s + sd * jax.random.normal(key, ()))
         return log_normalize(scale_logits(-jnp.log(jnp.arange(1, self.V + 1, dtype=jnp.float32)), s))
 
     def with_data_params(self) -> Zipf:
-        if self.s_sd == 0:  # deterministic: its spine tables are its own, and its rows exact
-            return self
+        if self.s_sd == 0:  # deterministic: s as data (its spine tables and exact moments stay the law's own)
+            big = self.s > float(np.finfo(np.float32).max)
+            s32 = np.float32(np.inf) if big else np.float32(self.s)
+            return Zipf(V=self.V, s=1.0, s_sd=0.0, s32=jnp.asarray(s32, jnp.float32))
         return Zipf(V=self.V, s=1.0, s_sd=1.0, params=jnp.asarray(np.array([math.log(self.s), self.s_sd], np.float32)))
 
     def node_logp(self, key, state, K: int):
