@@ -57,7 +57,8 @@ def _state_samples(sub: Law, R: int, samples: int, key):
         h, m2 = ex if ex is not None else (float(x) for x in entropy_moments(lp))
         return np.concatenate([top, [max(0.0, 1 - top.sum())]])[None], np.array([h]), np.array([m2])
 
-    top, h, m2 = sample_chunks(partial(_state_rows, sub, K=K), key, samples, sub.vocab)
+    # the law's numeric parameters as data (the same float32 rows): states of one kind share one compilation
+    top, h, m2 = sample_chunks(partial(_state_rows, sub.with_data_params(), K=K), key, samples, sub.vocab)
     top = np.exp(top)[:, : R - 1]
     masses = np.concatenate([top, np.clip(1 - top.sum(1, keepdims=True), 0, None)], axis=1)
     if ex is not None:
