@@ -844,7 +844,7 @@ def test_measure_cost_and_draft_cost_from_known_times(monkeypatch):
 
 def _hf_source(name="tiny", size=4):
     cfg = SimpleNamespace(num_attention_heads=2, hidden_size=8, num_hidden_layers=3, num_key_value_heads=1)
-    return SimpleNamespace(model=_fake_hf(cfg, size=size), name=name)
+    return SimpleNamespace(model=_fake_hf(cfg, size=size), name=name, device="cpu")
 
 
 def test_cpu_roofline_uses_the_measured_peaks(monkeypatch):
@@ -893,11 +893,13 @@ def test_cpu_achieved_assembles_the_measurements(monkeypatch):
 
     monkeypatch.setattr(_sources, "linear_shapes", shapes)
 
-    def gemm(shapes, rows, repeats):
+    def gemm(shapes, rows, repeats, device):
+        assert device == src.device
         seen["gemm"] = (shapes, rows, repeats)
         return {"g": 1}
 
-    def attn(heads, head_dim, context, rows, repeats):
+    def attn(heads, head_dim, context, rows, repeats, device):
+        assert device == src.device
         seen["attn"] = (heads, head_dim, context, rows, repeats)
         assert type(heads) is int  # query heads = attention width // head size
         return {"a": 2}
@@ -1005,7 +1007,8 @@ def test_kernel_throughputs_from_known_times(monkeypatch):
 
     F = torch.nn.functional
 
-    def per_round(fn, min_s):
+    def per_round(fn, min_s, device="cpu"):
+        assert device == "cpu"
         calls.append((fn, min_s))
         scale = 2.0 ** ((len(calls) - 1) // len(calls_per_round))  # 1, 2, 4 in the three rounds
         return float(fn.args[0].shape[-2]) * scale * 1e-3
@@ -1203,7 +1206,9 @@ def test_machine_peaks_default_sizes(monkeypatch):
 @needs_torch
 def test_kernel_throughput_defaults(monkeypatch):
     calls, args = [], []
-    monkeypatch.setattr(_timing, "_time_call", lambda fn, min_s: calls.append(min_s) or args.append(fn.args) or 1.0)
+    monkeypatch.setattr(
+        _timing, "_time_call", lambda fn, min_s, device="cpu": calls.append(min_s) or args.append(fn.args) or 1.0
+    )
     assert _timing.gemm_throughput([(2, 3, 1)], [1]) == {(2, 3): {1: 12.0}}  # 2 x 1 x 2 x 3 FLOPs in 1 s
     assert calls == [0.03] * 3  # three rounds of at least 30 ms
     _timing.gemm_throughput([(2, 3, 1)], [1], seed=0)  # the default seed is 0: the same operands

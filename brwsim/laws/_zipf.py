@@ -41,9 +41,14 @@ class Zipf(Law):
         s_sd = number(spec, "s_sd", lo=0, hi=S_SD_MAX, default="0") if "s_sd" in spec.params else 0.0
         return cls(V=vocab_size(spec), s=number(spec, "s", lo=0, lo_open=True), s_sd=s_sd)
 
+    @property
+    def exponent(self) -> float:
+        """s: the static field, or for the data form of a fixed exponent its float32 value."""
+        return self.s if self.s32 is None else float(self.s32)
+
     def spec(self) -> str:
         extra = f",s_sd={self.s_sd:g}" if self.s_sd else ""
-        return f"zipf:V={self.V},s={self.s:g}{extra}"
+        return f"zipf:V={self.V},s={self.exponent:g}{extra}"
 
     @property
     def vocab(self) -> int:
@@ -71,7 +76,7 @@ class Zipf(Law):
         return jnp.concatenate([lp, jnp.full((K - self.V,), -jnp.inf, lp.dtype)])
 
     def native_program(self) -> NativeDrawn:
-        return NativeDrawn("zipf", a=self.s, b=self.s_sd)
+        return NativeDrawn("zipf", a=self.exponent, b=self.s_sd)
 
     @property
     def deterministic(self) -> bool:
@@ -85,7 +90,7 @@ class Zipf(Law):
     def exact_moments(self):
         if self.s_sd > 0:
             return None
-        lz = -self.s * np.log(np.arange(1, self.V + 1, dtype=np.float64))
+        lz = -self.exponent * np.log(np.arange(1, self.V + 1, dtype=np.float64))
         lz -= np.logaddexp.reduce(lz)
         h, m2 = entropy_moments(lz)
         return float(h) + 0.0, float(m2)  # + 0.0: a zero entropy is 0.0, not -0.0

@@ -119,9 +119,9 @@ def cpu_achieved(
     rows = [P + 1 for P in Ps]
     shape = shape_of_hf(source.model, source.name)
     gemms = tuple(linear_shapes(source.model))
-    gf = gemm_throughput(gemms, rows, repeats=repeats)
+    gf = gemm_throughput(gemms, rows, repeats=repeats, device=source.device)
     heads = shape.attn_dim // shape.head_dim
-    af = attention_throughput(heads, shape.head_dim, context, rows, repeats=repeats)
+    af = attention_throughput(heads, shape.head_dim, context, rows, repeats=repeats, device=source.device)
     over, per_tok, rest = rest_of_pass(source, Ps, context=context, repeats=repeats)
     hw = Hardware("this machine", peaks.bandwidth, peaks.flops, over, f"measured here: {peaks.to_dict()}")
     bpp = float(next(source.model.parameters()).element_size())

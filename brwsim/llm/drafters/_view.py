@@ -15,8 +15,15 @@ class DraftView(Context):
 
     def __init__(self, dctx, T: float = 1.0, K: int = 128):
         self.dctx, self.T, self.K = dctx, float(T), K
-        self.root = temper(dctx.logprobs([()])[0], self.T)
+        self._root: np.ndarray | None = None
         self._tops: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def root(self) -> np.ndarray:
+        """The drafter's row of the prompt at temperature T, on the host (asked once, when first read)."""
+        if self._root is None:
+            self._root = self.logprobs([()])[0]
+        return self._root
 
     def logprobs(self, prefixes):
         return temper(self.dctx.logprobs([tuple(p) for p in prefixes]), self.T)

@@ -32,6 +32,8 @@ def sample_walks(ctx: Context, walks: int, depth: int, rng, K: int, eos=frozense
     pool = []
     tokens = [[] for _ in range(walks)]
     alive = list(range(walks))
+    if depth < 1 or K < 1:
+        raise ValueError(f"sample_walks needs depth >= 1 and K >= 1, got depth {depth}, K {K}")
     q = NodeQuery(K=K, moments=True)
     root = ctx.query([()], dataclasses.replace(q, u=rng.random(walks), u_rows=np.zeros(walks, np.int64)))
     a = dataclasses.replace(root, logp=np.repeat(root.logp, walks, axis=0), H=np.repeat(root.H, walks),

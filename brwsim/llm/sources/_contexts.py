@@ -109,7 +109,8 @@ class _DeviceRows(Context):
         if rows is None:
             return answer_rows(np.zeros((0, self.src.vocab_size), np.float32), q)
         got = answer_tensor(_torch().stack(rows), q)
-        self.moved.add(got.host_bytes, len(rows))
+        if got.host_bytes:  # (a query that asks nothing back, to evaluate nodes, carries no answer)
+            self.moved.add(got.host_bytes, len(rows))
         return got
 
     def known(self, prefix) -> bool:

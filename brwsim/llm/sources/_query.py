@@ -15,8 +15,8 @@ recording a model's rows to a file).
 The two reductions agree within float rounding: the top-K ids and
 log-probabilities are the same float32 values (ties at equal log-probability
 ordered by token id on the device; by NumPy's partition order on the host),
-H and M2 are float64 sums of the same float32 terms in another order
-(relative difference about 1e-15), and the sample is the same inverse-CDF
+H and M2 are float64 sums of float32 terms p log p whose float32 ``exp`` may
+round differently in torch and NumPy (a few float32 epsilons relative), and the sample is the same inverse-CDF
 draw of the same uniform (it can differ only when the uniform falls within
 rounding of a boundary of the float64 cumulative sum).
 """
@@ -48,6 +48,10 @@ class NodeQuery:
     at: np.ndarray | None = None
     rows: bool = False
     T: float = 1.0
+
+    def __post_init__(self):
+        if self.u_rows is not None and (self.u is None or np.shape(self.u_rows) != np.shape(self.u)):
+            raise ValueError("NodeQuery: u_rows must give one row for each uniform of u")
 
     def __eq__(self, other):  # arrays compared by value (the dataclass default compares them with ==)
         if not isinstance(other, NodeQuery):

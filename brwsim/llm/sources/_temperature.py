@@ -42,7 +42,14 @@ class TempSource(Wrapper):
 class TempContext(Context):
     def __init__(self, inner: Context, T: float):
         self.inner, self.T = inner, T
-        self.root = temper(inner.root, T)
+        self._root = None
+
+    @property
+    def root(self):
+        """The prompt's row at temperature T, on the host (copied when first read)."""
+        if self._root is None:
+            self._root = temper(self.inner.root, self.T)
+        return self._root
 
     def logprobs(self, prefixes):
         return temper(self.inner.logprobs(prefixes), self.T)

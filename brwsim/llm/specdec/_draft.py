@@ -210,6 +210,12 @@ class _Fresh(HostQuery):
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)
 
+    def known(self, prefix) -> bool | None:
+        return self.inner.known(prefix)
+
+    def forget(self, prefixes) -> None:
+        self.inner.forget(prefixes)
+
 
 def reads_features(drafter) -> bool:
     """Whether the drafter reads the target's features (the EAGLE-style head)."""
