@@ -34,6 +34,7 @@ import jax
 import jaxlib
 import numpy as np
 
+from . import _interrupts as interrupts
 from .errors import BrwsimError
 
 FORMAT = 2
@@ -201,7 +202,11 @@ class Checkpoint:
 
     def save(self, done: int, states: list[dict]) -> None:
         """Write ``done``, the statistics' states and their checksum: a unique temporary file, then an atomic
-        rename."""
+        rename. A signal during the write is held until the file is in place (then it interrupts as usual)."""
+        with interrupts.deferred():
+            self._write(done, states)
+
+    def _write(self, done: int, states: list[dict]) -> None:
         arrays = {f"buf{i}": s["buf"] for i, s in enumerate(states)}
         arrays |= {
             "meta": np.array(json.dumps(self.meta, sort_keys=True)),

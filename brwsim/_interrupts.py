@@ -109,7 +109,8 @@ def exit_status() -> int:
 @contextlib.contextmanager
 def deferred(on: bool = True):
     """Inside the block (``on``) a signal is only noted (:func:`received`); the caller checks at its next
-    exchange. Leaving the block with a signal noted but not agreed raises ``KeyboardInterrupt``."""
+    exchange. Leaving the outermost such block with a signal noted but not agreed raises ``KeyboardInterrupt``
+    (an inner block, e.g. a checkpoint's write inside a multi-process round, leaves that to the outer one)."""
     if not on:
         yield
         return
@@ -118,7 +119,7 @@ def deferred(on: bool = True):
         yield
     finally:
         _STATE["deferred"] -= 1
-    if _STATE["signal"] is not None and not _STATE["agreed"]:
+    if _STATE["deferred"] == 0 and _STATE["signal"] is not None and not _STATE["agreed"]:
         raise KeyboardInterrupt
 
 
