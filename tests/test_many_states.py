@@ -179,13 +179,17 @@ def test_a_fixed_zipf_exponent_as_data_gives_the_same_rows(s):
     np.testing.assert_array_equal(np.asarray(full(law)), np.asarray(full(form)))
 
 
+def uniform_markov(specs: list[str]):
+    """A Markov law of these state laws, every transition equally likely."""
+    n = len(specs)
+    names = [f"s{i}" for i in range(n)]
+    kernel = {s: [[1 / n] * n] for s in names}
+    return markov_law({"states": dict(zip(names, specs, strict=True)), "initial": names[0], "kernel": kernel})
+
+
 def test_spine_walks_of_zipf_states_with_distinct_exponents_compile_once():
     def law(exponents):
-        n = len(exponents)
-        names = [f"s{i}" for i in range(n)]
-        kernel = {s: [[1 / n] * n] for s in names}
-        states = {s: f"zipf:V=50,s={e}" for s, e in zip(names, exponents, strict=True)}
-        return markov_law({"states": states, "initial": names[0], "kernel": kernel})
+        return uniform_markov([f"zipf:V=50,s={e}" for e in exponents])
 
     sample_walks(jax.random.key(0), law([1.1, 1.2]), 64, depth=4)
     many = law([1.05 + 0.05 * i for i in range(12)])
@@ -199,11 +203,7 @@ def test_spine_walks_of_zipf_states_with_distinct_exponents_compile_once():
 
 def test_spine_walks_of_distinct_drawn_states_compile_once_per_kind():
     def law(alphas):
-        n = len(alphas)
-        names = [f"s{i}" for i in range(n)]
-        kernel = {s: [[1 / n] * n] for s in names}
-        states = {s: f"dirichlet:V=6,alpha={a}" for s, a in zip(names, alphas, strict=True)}
-        return markov_law({"states": states, "initial": names[0], "kernel": kernel})
+        return uniform_markov([f"dirichlet:V=6,alpha={a}" for a in alphas])
 
     sample_walks(jax.random.key(0), law([0.3, 0.4]), 64, depth=4)
     n = _compiles(lambda: sample_walks(jax.random.key(0), law([0.3 + 0.05 * i for i in range(12)]), 64, depth=4))

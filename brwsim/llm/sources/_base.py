@@ -53,7 +53,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._query import NodeAnswer, NodeQuery, Transfer, answer_rows
+from ._query import HostQuery, NodeAnswer, NodeQuery, Transfer, answer_rows
 
 
 class Walker:
@@ -116,8 +116,9 @@ class WrappedWalker(Walker):
         self.prefixes = [self.prefixes[i] for i in rows]
 
 
-class Context(abc.ABC):
-    """Questions about the token tree below one prompt (see the module docstring)."""
+class Context(HostQuery, abc.ABC):
+    """Questions about the token tree below one prompt (see the module docstring); by default the node query is
+    answered from :meth:`logprobs` on the host and there are no device rows (:class:`HostQuery`)."""
 
     root: np.ndarray
 
@@ -125,18 +126,8 @@ class Context(abc.ABC):
     def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray:
         """``f32[len(prefixes), V]``: next-token log-probabilities after the prompt and each prefix."""
 
-    def query(self, prefixes: Sequence[tuple[int, ...]], q: NodeQuery) -> NodeAnswer:
-        """The answer to ``q`` for the nodes after the prompt and each prefix (default: from :meth:`logprobs`,
-        on the host; a context that runs a model answers next to it)."""
-        return answer_rows(self.logprobs(prefixes), q)
-
     def walker(self, n: int) -> Walker:
         return Walker(self, n)
-
-    def device_rows(self, prefixes: Sequence[tuple[int, ...]]):
-        """The rows of ``prefixes`` as a tensor ``f32[B, V]`` on the model's device (missing ones evaluated), for a
-        computation that needs whole rows without moving them; None where the context's rows are on the host."""
-        return None
 
     def transfer(self) -> Transfer | None:
         """What crossed from the model's device to the host for this context (None: its rows are on the host,

@@ -106,13 +106,17 @@ class Transfer:
 
 
 class HostQuery:
-    """For a class with ``logprobs(prefixes)`` whose rows are on the host: the node query answered from them, and
-    no device rows."""
+    """For a class with ``logprobs(prefixes)`` whose rows are on the host (every :class:`Context` by default): the
+    node query answered from them, and no device rows."""
 
     def query(self, prefixes, q: NodeQuery) -> NodeAnswer:
+        """The answer to ``q`` for the nodes after the prompt and each prefix, from :meth:`logprobs` on the
+        host (a context that runs a model answers next to it instead)."""
         return answer_rows(self.logprobs(prefixes), q)
 
     def device_rows(self, prefixes):
+        """The rows of ``prefixes`` as a tensor ``f32[B, V]`` on the model's device (missing ones evaluated), for a
+        computation that needs whole rows without moving them; None where the rows are on the host."""
         return None
 
 
