@@ -598,10 +598,12 @@ def main(argv=None) -> dict:
         rows.append(common.row(f"{MODEL}/{task}", b.P, "drafter_best_speedup", b.speedup, b.speedup_ci95, 0,
                                params["seed"], panel=panel, drafter=name, t_pass=t.draft.t_pass,
                                t_draft=b.t_draft, draft_cost=t.draft.kind, ex=b.ex, at_edge=t.at_edge(),
-                               best=t.best_text(), ex_source=t.source, t_verify=b.t_verify))  # fmt: skip
+                               best=t.best_text(), ex_source=t.source, t_verify=b.t_verify,
+                               recommended_P=t.recommended()))  # fmt: skip
         lines.append(
             f"{panel} {task} {name}: best {t.best_text()}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
-            f"(estimate; drafting {1e3 * b.t_draft:.3g} ms a call there, {t.draft.kind}; {t.source})"
+            f"(estimate; drafting {1e3 * b.t_draft:.3g} ms a call there, {t.draft.kind}; {t.source}); "
+            f"recommended P = {t.recommended()} (the smallest budget within the best's 95% CI)"
         )
     rows += cost_rows(costs, params) + call_rows(calls, params)
     figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []

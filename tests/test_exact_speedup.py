@@ -5,6 +5,7 @@ brute force, the best budget set by enumerating a two-prompt bootstrap; timing d
 from __future__ import annotations
 
 import dataclasses
+import io
 import itertools
 import math
 import re
@@ -15,6 +16,7 @@ import pytest
 import scipy.stats
 
 from brwsim._stats import CONVENTION
+from brwsim.cli._plan import print_plan
 from brwsim.errors import BrwsimError
 from brwsim.llm.drafters import examples as drafter_examples
 from brwsim.llm.sources import MODELS, PROMPT_SETS
@@ -108,6 +110,23 @@ def test_speedup_rows_by_hand():
     assert t.near_best() == [4, 8]
     d = t.to_dict()
     assert d["best"]["P"] == 4 and d["near_best_P"] == [4, 8] and d["best"]["at_edge"] is False
+    assert t.recommended() == 4 and d["recommended_P"] == 4
+
+
+def test_the_recommended_budget_is_plain_decoding_when_the_best_is_not_told_apart_from_it():
+    flat = TableCost({0: 1.0, 4: 1.0, 8: 1.0, 16: 1.0})
+    # speedups 1, 1.3 +- 0.31, 1.5 +- 0.5, 1.2 +- 0.1: the best (P = 8) reaches down to 1.0, plain decoding's exact 1
+    t = speedup_table([(4, 0.3, 0.31), (8, 0.5, 0.5), (16, 0.2, 0.1)], flat)
+    assert t.best.P == 8 and t.near_best() == [0, 4, 8, 16] and t.recommended() == 0
+    out = io.StringIO()
+    print_plan([t], out)
+    assert "best P = 8" in out.getvalue() and "recommended P = 0 (plain decoding is within" in out.getvalue()
+    # a narrower interval excludes 1: the cheapest budget within the best's interval (P = 4 reaches 1.0 + ...)
+    t = speedup_table([(4, 0.3, 0.31), (8, 0.5, 0.1), (16, 0.2, 0.1)], flat)
+    assert t.near_best() == [4, 8] and t.recommended() == 4
+    out = io.StringIO()
+    print_plan([t], out)
+    assert "recommended P = 4 (the smallest budget" in out.getvalue()
 
 
 def test_a_drafter_that_drafts_fewer_nodes_is_charged_the_verifier_at_those_nodes():

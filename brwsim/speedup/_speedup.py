@@ -66,6 +66,12 @@ class SpeedupTable:
         b = self.best
         return [r.P for r in self.rows if r.speedup + r.speedup_ci95 >= b.speedup - b.speedup_ci95]
 
+    def recommended(self) -> int:
+        """The budget to run: the smallest P among :meth:`near_best`, the cheapest budget the data do not tell apart
+        from the best. P = 0, do not speculate, whenever plain decoding's speedup (1, exact) reaches the best one's
+        95% interval: a point-estimate best of 1.01 +- 0.26 is no evidence that speculating pays."""
+        return min(self.near_best())
+
     def at_edge(self) -> bool:
         """True when the best is the largest budget tried: a larger P may do better still."""
         return self.best.P == max(r.P for r in self.rows) and self.best.P > 0
@@ -98,6 +104,7 @@ class SpeedupTable:
                 "limit": self.limit,
             },  # fmt: skip
             "near_best_P": self.near_best(),
+            "recommended_P": self.recommended(),
         }
 
 
