@@ -8,15 +8,30 @@ Nothing else is exchanged: a tree's key depends on (seed, index) only, so each
 process builds the keys of its own trees, and the gathered values are added in
 the order one process would have added them, which makes the numbers bit for
 bit those of a one-process run.
+
+What this process knows of its run (count, index, what it finished, its
+timeouts, its launcher's channel) is one :class:`Group`, made by
+:func:`start` and passed explicitly to the launcher (:mod:`brwsim._supervise`)
+and the peer watch (:class:`PeerWatch`); the module's functions read the
+group this process joined, as JAX's own ``jax.process_index()`` reads the
+distributed client it joined. A failed peer is named from structured state:
+the heartbeats every process writes into the coordination service's
+key-value store (which peers' stopped, whether the service still answers),
+the worker's exit status and whether it ever joined (:func:`fault_line`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import dataclasses
+import errno
 import os
 import pickle
 import re
+import socket
 import sys
+import threading
 import time
 
 import jax
@@ -33,15 +48,49 @@ ENV = ("BRWSIM_COORDINATOR", "BRWSIM_NUM_PROCESSES", "BRWSIM_PROCESS_ID")
 HEARTBEAT_S = 10  # a process that sends no heartbeat for this long is dead (JAX's coordination service)
 JOIN_S = 120  # how long a process waits for all the others to join
 FAULT_EXIT = _supervise.FAULT_EXIT
-_RUN = {
-    "n": 1,
-    "me": 0,
-    "finished": None,
-    "heartbeat": HEARTBEAT_S,
-    "join": JOIN_S,
-    "joined": False,
-    "coordinator": None,
-}  # what a fault report says
+ALIVE_KEY = "brwsim/alive/{}"  # each process's heartbeat counter in the coordination service's key-value store
+TEXT_FALLBACK = " (as the runtime's log names it)"  # marks a line whose process was named by the last resort
+
+
+@dataclasses.dataclass
+class Group:
+    """This process's place in a run of several processes: what it works with, and what a fault's line says.
+
+    ``n`` and ``me`` are the process count and index (``"?"`` while ``--distributed auto`` has not joined);
+    ``heartbeat`` and ``join`` the timeouts in seconds; ``joined``: the run has assembled; ``finished``: what
+    this process has finished so far; ``port_in_use``: process 0 found the coordinator's port taken before
+    it started the coordination service; ``alone``: depth of :func:`alone` blocks; ``channel``: the pipe to
+    this process's launcher (:func:`brwsim._supervise.supervise`).
+    """
+
+    n: int | str = 1
+    me: int | str = 0
+    heartbeat: int = HEARTBEAT_S
+    join: int = JOIN_S
+    coordinator: str | None = None
+    joined: bool = False
+    finished: str | None = None
+    port_in_use: bool = False
+    alone: int = 0
+    channel: _supervise.Channel = dataclasses.field(default_factory=_supervise.Channel)
+
+    def run_name(self) -> str:
+        """``the 2-process run``, or ``the multi-process run`` while the count is unknown."""
+        return f"the {self.n}-process run" if isinstance(self.n, int) else "the multi-process run"
+
+    def describe(self, ending: _supervise.Ending) -> str:
+        """The launcher's one line for its worker's ``ending`` (:func:`fault_line` of this group), asking first,
+        on a process other than 0, whether the coordination service still accepts connections."""
+        up = None if self.me == 0 or not self.coordinator else _service_answers(self.coordinator)
+        return fault_line(self, ending, up)
+
+
+_JOINED = Group()  # the group this process joined; start() replaces it, the fields of one group change in place
+
+
+def current() -> Group:
+    """The :class:`Group` of this process (a one-process group until :func:`start` joins a run)."""
+    return _JOINED
 
 
 def parse_coordinator(text: str) -> str:
@@ -69,8 +118,88 @@ def _name(i: int) -> str:
     return "process 0 (the coordinator)" if i == 0 else f"process {i}"
 
 
+def _service_answers(coordinator: str, timeout: float = 2.0) -> bool:
+    """True when the coordination service at ``coordinator`` (``HOST:PORT``) accepts a TCP connection."""
+    host, _, port = coordinator.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _port_taken(coordinator: str) -> bool:
+    """True when the coordinator's port cannot be bound here (``EADDRINUSE``): the coordination service that
+    process 0 starts on it would fail. Asked of the operating system before the service starts."""
+    port = int(coordinator.rpartition(":")[2])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
+class PeerWatch:
+    """Every process's heartbeat in the coordination service's key-value store, watched by every process.
+
+    A daemon thread of each joined process increments its own counter
+    (:data:`ALIVE_KEY`) every ``period`` seconds and reads the others'; it
+    tells its launcher (:class:`brwsim._supervise.Channel`) ``stale``, the
+    processes whose counter has not moved for ``stale_after`` seconds (half
+    the heartbeat timeout: well before the runtime gives up on them), and
+    ``answered``, the ``time.monotonic()`` of its last round the service
+    answered. When the runtime ends this process for a failed peer, the
+    launcher names the failed process from these (:func:`fault_line`).
+    """
+
+    def __init__(self, client, group: Group):
+        self.client, self.group = client, group
+        self.stale_after = max(2.0, group.heartbeat / 2)
+        self.period = min(1.0, self.stale_after / 4)
+        self.peers = [i for i in range(group.n) if i != group.me]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="brwsim-peer-watch", daemon=True)
+
+    def start(self) -> PeerWatch:
+        self._thread.start()
+        atexit.register(self.stop)  # before JAX's own shutdown of the client (atexit runs the last first)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _read(self, i: int) -> str | None:
+        try:
+            return self.client.key_value_try_get(ALIVE_KEY.format(i))
+        except Exception:  # noqa: BLE001 - not written yet (or the service is gone: the next write says so)
+            return None
+
+    def _loop(self) -> None:
+        tell, beat, told = self.group.channel.tell, 0, None
+        seen = {i: (None, time.monotonic()) for i in self.peers}
+        while not self._stop.wait(self.period):
+            beat += 1
+            try:
+                self.client.key_value_set(ALIVE_KEY.format(self.group.me), str(beat), allow_overwrite=True)
+            except Exception:  # noqa: BLE001 - the service does not answer: 'answered' stops moving
+                continue
+            values, now = {i: self._read(i) for i in self.peers}, time.monotonic()
+            seen = {i: seen[i] if values[i] == seen[i][0] else (values[i], now) for i in self.peers}
+            stale = " ".join(str(i) for i in self.peers if now - seen[i][1] > self.stale_after)
+            tell("answered", f"{now:.3f}")
+            if stale != told:
+                tell("stale", stale)
+                told = stale
+
+
 def _failed_process(message: str) -> str:
-    """Which process the coordination service's error names (its tasks are the process ids)."""
+    """Last resort, when the peer watch left nothing to go on (no heartbeat seen stop, the service still
+    answering): which process the coordination service's report names (its tasks are the process ids).
+    This reads JAX's log text, which a JAX release may change; a line named this way says so
+    (:data:`TEXT_FALLBACK`)."""
     m = re.search(r"stopped sending heartbeats\):\s*([\d,\s]+)", message)
     if m:
         ids = [int(x) for x in re.findall(r"\d+", m.group(1))]
@@ -81,15 +210,9 @@ def _failed_process(message: str) -> str:
     return _name(0)  # this process lost the coordination service itself
 
 
-def _run_name() -> str:
-    """``the 2-process run``, or ``the multi-process run`` while the count is unknown (``--distributed auto``)."""
-    n = _RUN["n"]
-    return f"the {n}-process run" if isinstance(n, int) else "the multi-process run"
-
-
-def _not_joined(report: str = "") -> tuple[str, str]:
-    n, me, at = _RUN["n"], _RUN["me"], _RUN["coordinator"]
-    if "Failed to add port" in report or not isinstance(n, int) or n < 2:  # nobody else to wait for
+def _not_joined(view: Group) -> tuple[str, str]:
+    n, me, at = view.n, view.me, view.coordinator
+    if view.port_in_use or not isinstance(n, int) or n < 2:  # nobody else to wait for
         where = f" on {at}" if at else ""
         return f"process {me}", (
             f"could not start the run's coordination service{where} (is the port in use by another program? "
@@ -99,27 +222,44 @@ def _not_joined(report: str = "") -> tuple[str, str]:
         who = "process 1" if n == 2 else f"one of processes 1-{n - 1}"
     else:
         who = "process 0 (the coordinator)" if n == 2 else "process 0 (the coordinator) or another process"
-    return who, f"did not join within {_RUN['join']} s (not started, or given another --coordinator)"
+    return who, f"did not join within {view.join} s (not started, or given another --coordinator)"
 
 
-def fault_line(report: str, told: dict | None = None) -> str:
-    """The one line a process prints when its run fails: which process failed, and what was finished
-    (``told``: what the failed worker told its launcher, :func:`brwsim._supervise.tell`)."""
-    told = told or {}
+def _failed_peer(view: Group, ending: _supervise.Ending, service_up: bool | None) -> tuple[str, str]:
+    """Who failed in a joined run: the coordination service is gone (``service_up`` False, or the peer watch
+    got no answer for longer than a peer may miss its heartbeats): process 0; else the peers whose
+    heartbeats the peer watch saw stop; the runtime's report text only when neither says anything."""
+    told, stale_after = ending.told, max(2.0, view.heartbeat / 2)
+    answered = float(told["answered"]) if "answered" in told else None
+    stale = [int(i) for i in told.get("stale", "").split()]
+    lost = answered is not None and ending.at - answered > stale_after
+    if view.me != 0 and (service_up is False or lost):
+        who, what = _name(0), "is unreachable or failed"
+    elif stale:
+        who, what = ", ".join(_name(i) for i in stale), "stopped sending heartbeats"
+    else:
+        who, what = _failed_process(ending.report), "failed" + TEXT_FALLBACK
+    return who, what + f" (detected within about {2 * view.heartbeat} s)"
+
+
+def fault_line(group: Group, ending: _supervise.Ending, service_up: bool | None = None) -> str:
+    """The one line a launcher prints when its worker (of ``group``, as it was when the launcher forked) ended
+    of the runtime's failure report or of a signal: which process failed, and what was finished. Decided from
+    the ending's structured state (:class:`brwsim._supervise.Ending`): the signal, whether the worker told it
+    had joined, what its peer watch told (:class:`PeerWatch`), and ``service_up``: whether the coordination
+    service still accepted a connection when the worker ended (None: not asked)."""
+    told, view = ending.told, dataclasses.replace(group)
     if "joined" in told:
         n, me = told["joined"].split()
-        _RUN.update(n=int(n), me=int(me), joined=True)
-    hb = _RUN["heartbeat"]
-    if report.startswith("this process was ended by"):
-        who, what = f"process {_RUN['me']}", report.removeprefix("this process ")
-    elif "RegisterTask" in report or not _RUN["joined"]:
-        who, what = _not_joined(report)
+        view.n, view.me, view.joined = int(n), int(me), True
+    if ending.signal is not None:
+        who, what = f"process {view.me}", f"was ended by {ending.signal}"
+    elif not view.joined:
+        who, what = _not_joined(view)
     else:
-        who = _failed_process(report)
-        what = "stopped sending heartbeats" if "heartbeat" in report else "is unreachable or failed"
-        what += f" (detected within about {2 * hb} s)"
-    done = told.get("finished") or _RUN["finished"] or "nothing was finished"
-    return f"brwsim: error: {who} of {_run_name()} {what}; process {_RUN['me']} stops: {done}"
+        who, what = _failed_peer(view, ending, service_up)
+    done = told.get("finished") or view.finished or "nothing was finished"
+    return f"brwsim: error: {who} of {view.run_name()} {what}; process {view.me} stops: {done}"
 
 
 def _initialize(coordinator, num_processes, process_id, timeout: int, heartbeat: int) -> None:
@@ -151,7 +291,8 @@ def start(
     a one-line error instead of waiting forever. Once joined, a process that
     stops sending heartbeats for ``heartbeat`` seconds (killed, crashed, its
     host gone) is reported by every other process in one line naming it, and
-    they stop with exit status :data:`FAULT_EXIT` (docs/scaling.md, "Faults"). With ``supervise`` (the
+    they stop with exit status :data:`FAULT_EXIT` (docs/scaling.md, "Faults"); a :class:`PeerWatch` tells
+    the launcher whose heartbeats stopped, so the line names the process from that. With ``supervise`` (the
     default outside an interactive session, POSIX) the calling process forks first and stays behind as the
     worker's launcher, which turns the runtime's own abort (a native stack trace) into that one line
     (:mod:`brwsim._supervise`); without it that abort is JAX's.
@@ -174,25 +315,35 @@ def start(
         process_id = check_positive_int("process-id", process_id, minimum=0)
         if process_id >= num_processes:
             raise BrwsimError(f"process-id must be below num-processes ({num_processes}), got {process_id}")
-    _RUN.update(
+    global _JOINED
+    group = _JOINED = Group(
         n=num_processes or "?",
         me=process_id if process_id is not None else "?",
         heartbeat=heartbeat,
         join=timeout,
         coordinator=coordinator,
     )
+    group.port_in_use = process_id == 0 and not auto and _port_taken(coordinator)
     if supervise if supervise is not None else not _interactive():
-        _supervise.supervise(fault_line)
-    try:
-        _initialize(coordinator, num_processes, process_id, timeout, heartbeat)
-    except (RuntimeError, ValueError, TypeError) as e:
-        raise _join_failed(e, auto, coordinator, timeout) from None
-    _RUN.update(n=jax.process_count(), me=jax.process_index(), joined=True)
-    _supervise.tell("joined", f"{_RUN['n']} {_RUN['me']}")
+        group.channel = _supervise.supervise(group.describe)
+    _join(group, auto, num_processes, process_id)
     return True
 
 
-def _join_failed(e: Exception, auto: bool, coordinator, timeout: int) -> BrwsimError:
+def _join(group: Group, auto: bool, num_processes, process_id) -> None:
+    """Join the run of ``group``, tell the launcher, and start the peer watch."""
+    try:
+        _initialize(group.coordinator, num_processes, process_id, group.join, group.heartbeat)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise _join_failed(e, auto, group.coordinator, group.join, group) from None
+    group.n, group.me, group.joined = jax.process_count(), jax.process_index(), True
+    group.channel.tell("joined", f"{group.n} {group.me}")
+    client = getattr(_distributed.global_state, "client", None)
+    if group.n > 1 and client is not None:  # without JAX's client, a fault is named from the runtime's report
+        PeerWatch(client, group).start()
+
+
+def _join_failed(e: Exception, auto: bool, coordinator, timeout: int, group: Group) -> BrwsimError:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     if auto:
         return BrwsimError(
@@ -201,7 +352,7 @@ def _join_failed(e: Exception, auto: bool, coordinator, timeout: int) -> BrwsimE
             f"--coordinator HOST:PORT, --num-processes N and --process-id I ({first[:200]})"
         )
     return BrwsimError(
-        f"could not join {_run_name()} at {coordinator} within {timeout} s "
+        f"could not join {group.run_name()} at {coordinator} within {timeout} s "
         f"(is every process started, with the same --coordinator?): {first[:200]}"
     )
 
@@ -213,27 +364,26 @@ def _interactive() -> bool:
 
 def note_finished(text: str | None) -> None:
     """What this process has finished (and where it is kept), for the line a fault prints."""
-    _RUN["finished"] = text
+    group = current()
+    group.finished = text
     if text and count() > 1:
-        _supervise.tell("finished", text)
+        group.channel.tell("finished", text)
 
 
 def several() -> bool:
     """True once this process has joined a run of several processes (:func:`start`)."""
-    return bool(_RUN["joined"]) and isinstance(_RUN["n"], int) and _RUN["n"] > 1
-
-
-_ALONE = [0]  # > 0 inside alone(): this process works by itself
+    group = current()
+    return group.joined and isinstance(group.n, int) and group.n > 1
 
 
 def count() -> int:
     """Processes working together here (1 unless :func:`start` joined a multi-process run)."""
-    return 1 if _ALONE[0] else jax.process_count()
+    return 1 if current().alone else jax.process_count()
 
 
 def index() -> int:
     """This process's index, 0 .. count() - 1; process 0 prints and writes files."""
-    return 0 if _ALONE[0] else jax.process_index()
+    return 0 if current().alone else jax.process_index()
 
 
 def is_main() -> bool:
@@ -244,11 +394,12 @@ def is_main() -> bool:
 @contextlib.contextmanager
 def alone():
     """Inside the block this process works by itself (e.g. on an experiment no other process runs)."""
-    _ALONE[0] += 1
+    group = current()
+    group.alone += 1
     try:
         yield
     finally:
-        _ALONE[0] -= 1
+        group.alone -= 1
 
 
 @contextlib.contextmanager
@@ -268,12 +419,13 @@ def _native_stdout_to_stderr():
 def _collective_failed(e: Exception):
     """A collective with the other processes broke (a peer died mid-exchange): let the coordination
     service name the dead process (its report ends this process), else stop with one line here."""
-    time.sleep(2 * _RUN["heartbeat"] + 5)
+    group = current()
+    time.sleep(2 * group.heartbeat + 5)
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    done = _RUN["finished"] or "nothing was finished"
+    done = group.finished or "nothing was finished"
     return BrwsimError(
-        f"an exchange between the {_RUN['n']} processes of the run failed ({first[:200]}); "
-        f"process {_RUN['me']} stops: {done}"
+        f"an exchange between the {group.n} processes of the run failed ({first[:200]}); "
+        f"process {group.me} stops: {done}"
     )
 
 

@@ -8,19 +8,30 @@ the work, with its stderr piped through the parent, which passes every line
 on until the runtime's own failure report begins; from there it keeps the
 report, and when the child ends it prints one line that names the failed
 process and what was finished (the child tells it through a second pipe,
-:func:`tell`). Ctrl-C reaches the child (same process group); SIGTERM and
+:meth:`Channel.tell`). Ctrl-C reaches the child (same process group); SIGTERM and
 SIGHUP sent to the parent are passed on; if the parent dies, the child is
 killed (Linux ``PR_SET_PDEATHSIG``), so a killed launcher leaves no worker.
+
+Who failed is decided from structured state only, never from the report's
+text: the worker's exit status, and what the worker told its launcher
+(:class:`Channel`: that it joined, what it finished, which peers' heartbeats
+it saw stop and when it last reached the coordination service,
+:mod:`brwsim._processes`). The launcher hands all of it to ``describe`` as an
+:class:`Ending`. The patterns below only sort the child's stderr: which lines
+begin the runtime's report (held back, not printed) and which are the CPU
+collectives' connection notes (dropped).
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import re
 import select
 import signal
 import sys
+import time
 
 from . import _interrupts as interrupts
 
@@ -33,7 +44,46 @@ _REPORT = re.compile(
 # the CPU collectives' note of each connection (native code, on stdout, which the worker sends to stderr)
 _CHATTER = re.compile(rb"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
 _MAYBE_REPORT = re.compile(rb"^([WEF]\d*( [\d:.]*( +\d*( \S*)?)?)?|t[a-z ]*|\*[* A-Za-z]*)$")
-_NOTE = {"fd": None}
+
+
+@dataclasses.dataclass
+class Channel:
+    """The worker's end of the pipe to its launcher (``fd`` None: no launcher; what is told goes nowhere)."""
+
+    fd: int | None = None
+
+    def tell(self, what: str, text: str) -> None:
+        """Tell the launcher something about this process (``what``: e.g. ``finished``, the work kept so far, or
+        ``joined``, the process count and index once the run has assembled); the last of each kind reaches
+        ``describe`` (:class:`Ending`)."""
+        if self.fd is not None:
+            try:
+                os.write(self.fd, f"{what}={text}".replace("\n", " ").encode()[:4000] + b"\n")
+            except OSError:
+                pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Ending:
+    """How the worker ended, as its launcher saw it.
+
+    ``code``: its exit code (negative: the signal that ended it, e.g. -6 for the runtime's own abort);
+    ``reported``: the runtime began a failure report on stderr (a fatal log line, a C++ terminate);
+    ``told``: the last note of each kind the worker told (:meth:`Channel.tell`); ``at``: the launcher's
+    ``time.monotonic()`` when the worker ended (the worker's notes use the same clock: one host);
+    ``report``: the report's text, kept only for a last resort (see :func:`brwsim._processes.fault_line`).
+    """
+
+    code: int
+    reported: bool
+    told: dict
+    at: float
+    report: str = ""
+
+    @property
+    def signal(self) -> str | None:
+        """The name of the signal that ended the worker, if one did and the runtime reported nothing."""
+        return signal.Signals(-self.code).name if self.code < 0 and not self.reported else None
 
 
 def _die_with_parent() -> None:
@@ -44,26 +94,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def tell(what: str, text: str) -> None:
-    """Tell the launcher something about this process (``what``: ``finished``, the work kept so far, or
-    ``joined``, the process count and index once the run has assembled); it goes into a fault's line."""
-    fd = _NOTE["fd"]
-    if fd is not None:
-        try:
-            os.write(fd, f"{what}={text}".replace("\n", " ").encode()[:4000] + b"\n")
-        except OSError:
-            pass
+def supervise(describe) -> Channel:
+    """Fork: the child returns its :class:`Channel` to the launcher (and does the work); this process becomes
+    its launcher and never returns.
 
-
-def supervise(describe) -> None:
-    """Fork: the child returns (and does the work); this process becomes its launcher and never returns.
-
-    ``describe(report: str, notes: dict) -> str`` gives the one line printed
-    when the child dies of the runtime's failure report (``notes``: the last
-    of each kind the child told, :func:`tell`).
+    ``describe(ending: Ending) -> str`` gives the one line printed when the
+    child dies of the runtime's failure report or of a signal.
     """
     if not hasattr(os, "fork"):
-        return
+        return Channel()
     sys.stdout.flush()
     sys.stderr.flush()
     err_r, err_w = os.pipe()
@@ -75,9 +114,8 @@ def supervise(describe) -> None:
         os.close(note_r)
         os.dup2(err_w, 2)
         os.close(err_w)
-        _NOTE["fd"] = note_w
         interrupts.once()  # a Ctrl-C may come twice: straight from the terminal, and passed on by the launcher
-        return
+        return Channel(note_w)
     os.close(err_w)
     os.close(note_w)
     os._exit(_watch(pid, err_r, note_r, describe))
@@ -155,18 +193,17 @@ def _wait(pid: int) -> int:
 
 def _verdict(status: int, report: list, told: dict, describe) -> int:
     code = os.waitstatus_to_exitcode(status)
+    ending = Ending(code, bool(report), dict(told), time.monotonic(), b"\n".join(report).decode(errors="replace"))
     if not report:
         if code < 0:
-            sig = signal.Signals(-code).name
-            line = describe(f"this process was ended by {sig}", told)
-            os.write(2, (line + "\n").encode())
+            os.write(2, (describe(ending) + "\n").encode())
             return 128 - code
         return code
     if code == 0:  # the runtime logged errors but the work ended well: show them as they were
         os.write(2, b"\n".join(report) + b"\n")
         return 0
-    os.write(2, (describe(b"\n".join(report).decode(errors="replace"), told) + "\n").encode())
+    os.write(2, (describe(ending) + "\n").encode())
     return FAULT_EXIT
 
 
-__all__ = ["FAULT_EXIT", "supervise", "tell"]
+__all__ = ["FAULT_EXIT", "Channel", "Ending", "supervise"]

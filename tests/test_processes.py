@@ -12,6 +12,8 @@ import time
 import numpy as np
 import pytest
 
+from brwsim._processes import TEXT_FALLBACK
+
 TIMEOUT = 900  # sized for a loaded 2-core machine: a hung collective fails the test, never blocks the suite
 BROKEN = 90  # a failed peer stops the others within the heartbeat timeout (5 s here) plus a loaded machine's delay
 
@@ -171,6 +173,7 @@ def test_killed_worker_is_named_and_the_rerun_resumes_bit_for_bit(processes, tmp
     assert time.monotonic() - t0 < BROKEN
     assert rc == 3 and not out.strip(), err[-3000:]
     line = _one_fault_line(err, "process 1 of the 2-process run stopped sending heartbeats")
+    assert TEXT_FALLBACK not in line  # named by the peer watch's heartbeats, not by reading the runtime's log
     with np.load(path) as z:
         done = int(z["done"])
     assert 0 < done < 20000 and f"{done} of 20000 trees are kept in" in line
@@ -184,7 +187,8 @@ def test_killed_coordinator_is_named(processes, tmp_path):
     os.killpg(procs[0].pid, signal.SIGKILL)
     rc, out, err = processes.finish(procs[1], BROKEN)
     assert rc == 3 and not out.strip(), err[-3000:]
-    _one_fault_line(err, "process 0 (the coordinator) of the 2-process run")
+    line = _one_fault_line(err, "process 0 (the coordinator) of the 2-process run")
+    assert TEXT_FALLBACK not in line  # the coordination service stopped answering the peer watch
 
 
 def test_a_peer_that_never_starts_is_named_within_the_join_timeout(processes):

@@ -125,11 +125,11 @@ def test_the_collectives_notes_never_reach_stderr_even_in_two_writes(capfd):
     ],
 )  # fmt: skip
 def test_fault_lines_name_the_run_as_it_is(monkeypatch, run, needle):
-    from brwsim import _processes
+    from brwsim import _processes, _supervise
 
-    for k, v in (run | {"joined": False, "finished": None, "join": 120}).items():
-        monkeypatch.setitem(_processes._RUN, k, v)
-    line = _processes.fault_line("E1128 03:29:29.001333   30161 coordination_service.cc:1] lost")
+    group = _processes.Group(**run, join=120)
+    report = "E1128 03:29:29.001333   30161 coordination_service.cc:1] lost"
+    line = _processes.fault_line(group, _supervise.Ending(-6, True, {}, time.monotonic(), report))
     assert needle in line and line.startswith("brwsim: error: ") and "None" not in line and "1-0" not in line
 
 
@@ -141,8 +141,7 @@ def test_distributed_auto_outside_a_cluster_names_no_address(monkeypatch):
         raise RuntimeError("coordinator_address should be defined.")
 
     monkeypatch.setattr(_processes, "_initialize", fail)
-    for k in ("n", "me", "coordinator"):
-        monkeypatch.setitem(_processes._RUN, k, _processes._RUN[k])
+    monkeypatch.setattr(_processes, "_JOINED", _processes.current())  # start() makes a new group: put it back
     with pytest.raises(BrwsimError) as e:
         _processes.start(auto=True, timeout=5, supervise=False)
     msg = str(e.value)
