@@ -40,16 +40,17 @@ import numpy as np
 from . import _packed, rounds
 from ._base import Context, Walker
 from ._device import _torch, additive_mask, returned_cache, with_cache
-from ._query import NodeAnswer, NodeQuery, Transfer, answer_rows, answer_tensor
+from ._query import DeviceQuery, NodeAnswer, NodeQuery, Transfer, answer_tensor
 
 if TYPE_CHECKING:
     from ._hf import HFSource
 
 
-class _DeviceRows(Context):
+class _DeviceRows(DeviceQuery, Context):
     """A context whose rows are tensors on the model's device (``answers``: prefix -> ``f32[V]``, the prompt's row
-    at ``()``): :meth:`logprobs` copies whole rows to the host, :meth:`query` reduces them on the device.
-    Subclasses evaluate missing nodes in :meth:`_tree_step`; ``_evaluated`` is the set of nodes with a slot."""
+    at ``()``): :meth:`logprobs` copies whole rows to the host, :meth:`query` reduces them on the device
+    (:class:`~._query.DeviceQuery`). Subclasses evaluate missing nodes in :meth:`_tree_step`; ``_evaluated`` is
+    the set of nodes with a slot."""
 
     src: HFSource
     answers: dict
@@ -57,19 +58,15 @@ class _DeviceRows(Context):
     _root: np.ndarray | None
 
     @property
+    def vocab(self) -> int:
+        return self.src.vocab_size
+
+    @property
     def root(self) -> np.ndarray:
         """The prompt's row on the host (copied once)."""
         if self._root is None:
             self._root = self._host(self.answers[()][None])[0]
         return self._root
-
-    def _host(self, rows) -> np.ndarray:
-        a = rows.detach().cpu().numpy()
-        self.moved.add(a.nbytes, a.shape[0])
-        return a
-
-    def transfer(self) -> Transfer:
-        return self.moved
 
     def _evaluated(self):
         return self.answers
@@ -92,26 +89,6 @@ class _DeviceRows(Context):
 
     def _tree_step(self, nodes: list[tuple[int, ...]]) -> None:
         raise NotImplementedError
-
-    def device_rows(self, prefixes):
-        """Whole rows of any prefixes as one tensor on the model's device (nothing crosses to the host)."""
-        rows = self._rows(prefixes)
-        return _torch().zeros((0, self.src.vocab_size)) if rows is None else _torch().stack(rows)
-
-    def logprobs(self, prefixes) -> np.ndarray:
-        """Whole rows of any prefixes, on the host (missing nodes and their missing ancestors evaluated first)."""
-        rows = self._rows(prefixes)
-        return np.zeros((0, self.src.vocab_size), np.float32) if rows is None else self._host(_torch().stack(rows))
-
-    def query(self, prefixes, q: NodeQuery) -> NodeAnswer:
-        """The answer to ``q``, reduced on the model's device (only K-sized results cross to the host)."""
-        rows = self._rows(prefixes)
-        if rows is None:
-            return answer_rows(np.zeros((0, self.src.vocab_size), np.float32), q)
-        got = answer_tensor(_torch().stack(rows), q)
-        if got.host_bytes:  # (a query that asks nothing back, to evaluate nodes, carries no answer)
-            self.moved.add(got.host_bytes, len(rows))
-        return got
 
     def known(self, prefix) -> bool:
         return tuple(prefix) in self.answers

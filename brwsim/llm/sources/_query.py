@@ -120,6 +120,54 @@ class HostQuery:
         return None
 
 
+class DeviceQuery:
+    """For a class whose rows are tensors on the model's device: :meth:`_rows` gives the rows of some prefixes
+    (the missing ones evaluated first), ``vocab`` is their length and ``moved`` the :class:`Transfer` that counts
+    what crosses to the host. The node query is reduced on the device (:func:`answer_tensor`: only K-sized
+    results cross); whole rows cross only through :meth:`logprobs`."""
+
+    vocab: int
+    moved: Transfer
+
+    def _rows(self, prefixes) -> list | None:
+        """The device rows ``f32[V]`` of ``prefixes`` (None for none), evaluated where missing."""
+        raise NotImplementedError
+
+    def _host(self, rows) -> np.ndarray:
+        a = rows.detach().cpu().numpy()
+        self.moved.add(a.nbytes, a.shape[0])
+        return a
+
+    def transfer(self) -> Transfer:
+        return self.moved
+
+    def device_rows(self, prefixes):
+        """Whole rows of any prefixes as one tensor on the model's device (nothing crosses to the host)."""
+        import torch
+
+        rows = self._rows(prefixes)
+        return torch.zeros((0, self.vocab)) if rows is None else torch.stack(rows)
+
+    def logprobs(self, prefixes) -> np.ndarray:
+        """Whole rows of any prefixes, on the host (missing nodes and their missing ancestors evaluated first)."""
+        import torch
+
+        rows = self._rows(prefixes)
+        return np.zeros((0, self.vocab), np.float32) if rows is None else self._host(torch.stack(rows))
+
+    def query(self, prefixes, q: NodeQuery) -> NodeAnswer:
+        """The answer to ``q``, reduced on the model's device (only K-sized results cross to the host)."""
+        import torch
+
+        rows = self._rows(prefixes)
+        if rows is None:
+            return answer_rows(np.zeros((0, self.vocab), np.float32), q)
+        got = answer_tensor(torch.stack(rows), q)
+        if got.host_bytes:  # (a query that asks nothing back, to evaluate nodes, carries no answer)
+            self.moved.add(got.host_bytes, len(rows))
+        return got
+
+
 def top_k_rows(logp: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row of ``logp [B, V]``: the top-K (ids, log-probs), sorted by decreasing log-probability."""
     B, V = logp.shape
@@ -237,5 +285,5 @@ def answer_tensor(logp, q: NodeQuery) -> NodeAnswer:
     return NodeAnswer(**out, host_bytes=moved)
 
 
-__all__ = ["HostQuery", "NodeAnswer", "NodeQuery", "Transfer", "answer_rows", "answer_tensor", "inverse_cdf", "temper",
-           "top_k_rows"]  # fmt: skip
+__all__ = ["DeviceQuery", "HostQuery", "NodeAnswer", "NodeQuery", "Transfer", "answer_rows", "answer_tensor",
+           "inverse_cdf", "temper", "top_k_rows"]  # fmt: skip

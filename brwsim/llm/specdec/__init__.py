@@ -14,14 +14,17 @@ decoding on the same code, the baseline of the speedup.
 from ._draft import DraftSession, HeadChain, PackedChain, open_chain
 from ._loop import Generation, plain_generate, speculative_generate
 from ._target import TargetSession
-from ._verify import children_of, rejection_step, verify_tree
+from ._verify import Distribution, HostRows, TreeRows, children_of, rejection_step, verify_tree
 
 __all__ = [
+    "Distribution",
     "DraftSession",
     "Generation",
     "HeadChain",
+    "HostRows",
     "PackedChain",
     "TargetSession",
+    "TreeRows",
     "children_of",
     "open_chain",
     "plain_generate",

@@ -22,27 +22,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from ..drafters import DraftView, Proposer, topq_nodes
 from ..drafters._report import fixed_builder
-from ..sources import HostQuery, _packed
+from ..sources import DeviceQuery, Transfer, _packed
 from ..sources._device import _torch
 
 SEARCH_BATCH = 4  # rows per best-first step, as experiments/real_drafters.py measures (its ``batch``)
 
 
-class PackedChain(HostQuery):
-    """A draft context whose root moves along the generated text (packed engine, :mod:`..sources._packed`)."""
+class PackedChain(DeviceQuery):
+    """A draft context whose root moves along the generated text (packed engine, :mod:`..sources._packed`); its
+    rows stay on the model's device and the node query is reduced there (:class:`~..sources.DeviceQuery`)."""
 
     def __init__(self, engine, prompt: Sequence[int], vocab: int):
-        self.engine, self.vocab = engine, vocab
-        self.kv, root, _ = engine.run([_packed.Open([int(t) for t in prompt])])[0]
+        self.engine, self.vocab, self.moved = engine, vocab, Transfer()
+        self.kv, root, _ = engine.run([_packed.Open([int(t) for t in prompt], on_device=True)])[0]
         self.L = len(prompt)
         self.committed = 0  # node slots holding generated text
         self.pending: tuple[int, ...] = ()
         self.slots: dict[tuple[int, ...], int] = {}
-        self.answers: dict[tuple[int, ...], np.ndarray] = {(): root}
+        self.answers: dict = {(): root}  # prefix -> its row f32[V] on the device
         self.passes, self.rows = 1, 0  # passes (the prompt's prefill is the first); rows: new tokens in later ones
 
     def advance(self, tokens: Sequence[int]) -> None:
@@ -55,7 +54,8 @@ class PackedChain(HostQuery):
         new = {v: base + i for i, v in enumerate(keys)}
         done = list(range(self.committed))
         sees = [done + [new.get(v[:d], self.slots.get(v[:d])) for d in range(1, len(v))] for v in keys]
-        req = _packed.Extend(self.kv, [v[-1] for v in keys], [self.L + self.committed + len(v) - 1 for v in keys], sees)
+        pos = [self.L + self.committed + len(v) - 1 for v in keys]
+        req = _packed.Extend(self.kv, [v[-1] for v in keys], pos, sees, on_device=True)
         rows = self.engine.run([req])[0]
         self.passes, self.rows = self.passes + 1, self.rows + len(keys)
         for i, v in enumerate(keys):
@@ -69,7 +69,7 @@ class PackedChain(HostQuery):
             self.slots = strip(self.slots)
             self.pending = ()
 
-    def logprobs(self, prefixes) -> np.ndarray:
+    def _rows(self, prefixes) -> list | None:
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
         keys = {self.pending + p for p in prefixes}
         need = {k[:d] for k in keys for d in range(1, len(k) + 1)} - set(self.slots)
@@ -78,9 +78,7 @@ class PackedChain(HostQuery):
         for i in range(0, len(order), 256):
             chunk = order[i : i + 256]
             self._step([v[len(pend) :] for v in chunk] if pend and not self.pending else chunk)
-        if not prefixes:
-            return np.zeros((0, self.vocab), np.float32)
-        return np.stack([self.answers[self.pending + p] for p in prefixes])
+        return [self.answers[self.pending + p] for p in prefixes] or None
 
     def forget(self, prefixes) -> None:
         for p in prefixes:
@@ -88,21 +86,22 @@ class PackedChain(HostQuery):
                 self.answers.pop(self.pending + tuple(p), None)
 
 
-class HeadChain(HostQuery):
+class HeadChain(DeviceQuery):
     """The EAGLE-style head's draft context along the generated text: verified tokens read the target's features
-    (one head pass for the tokens of a call, whose last answer is the root), drafted nodes the head's own."""
+    (one head pass for the tokens of a call, whose last answer is the root), drafted nodes the head's own. Its rows
+    stay on the model's device and the node query is reduced there (:class:`~..sources.DeviceQuery`)."""
 
     def __init__(self, dm, prompt: Sequence[int], prompt_features):
         from ..drafters.eagle_head._drafter import HeadOpen
 
-        self.dm, self.vocab = dm, int(dm.vocab_size)
+        self.dm, self.vocab, self.moved = dm, int(dm.vocab_size), Transfer()
         prompt = [int(t) for t in prompt]
-        self.kv, rows, feat = dm.engine.run([HeadOpen(prompt, prompt_features, 1.0)])[0]
+        self.kv, rows, feat = dm.engine.run([HeadOpen(prompt, prompt_features, 1.0, on_device=True)])[0]
         self.n = len(prompt)  # tokens of the text
         self.committed = 0  # node slots holding verified reads
         self.feat = {(): feat[0]}
         self.slot: dict[tuple[int, ...], int] = {}
-        self.answers: dict[tuple[int, ...], np.ndarray] = {(): rows[0]}
+        self.answers: dict = {(): rows[0]}  # prefix -> its row f32[V] on the device
         self.passes, self.rows = 1, 0  # passes (the prompt's prefill is the first); rows: new tokens in later ones
 
     def advance(self, tokens: Sequence[int], features) -> None:
@@ -114,7 +113,7 @@ class HeadChain(HostQuery):
         c = self.committed
         sees = [list(range(c + i)) for i in range(len(tokens))]
         pos = [self.n - 1 + i for i in range(len(tokens))]
-        _, rows, feats = self.dm.engine.run([HeadExtend(self.kv, tokens, pos, sees, features, 1.0)])[0]
+        _, rows, feats = self.dm.engine.run([HeadExtend(self.kv, tokens, pos, sees, features, 1.0, on_device=True)])[0]
         self.passes, self.rows = self.passes + 1, self.rows + len(tokens)
         self.committed += len(tokens)
         self.n += len(tokens)
@@ -128,22 +127,21 @@ class HeadChain(HostQuery):
         done = list(range(self.committed))
         sees = [done + [self.slot[v[:d]] for d in range(1, len(v))] for v in nodes]
         fin = torch.stack([self.feat[v[:-1]] for v in nodes])
-        req = HeadExtend(self.kv, [v[-1] for v in nodes], [self.n - 2 + len(v) for v in nodes], sees, fin, 1.0)
+        pos = [self.n - 2 + len(v) for v in nodes]
+        req = HeadExtend(self.kv, [v[-1] for v in nodes], pos, sees, fin, 1.0, on_device=True)
         _, rows, feats = self.dm.engine.run([req])[0]
         for i, v in enumerate(nodes):
             self.slot[v], self.feat[v], self.answers[v] = base + i, feats[i], rows[i]
         self.passes, self.rows = self.passes + 1, self.rows + len(nodes)
 
-    def logprobs(self, prefixes) -> np.ndarray:
+    def _rows(self, prefixes) -> list | None:
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
         need = {p[:d] for p in prefixes for d in range(1, len(p) + 1)} - set(self.answers) - set(self.slot)
         while need:
             ready = sorted(v for v in need if v[:-1] in self.feat)
             self._step(ready)
             need.difference_update(ready)
-        if not prefixes:
-            return np.zeros((0, self.vocab), np.float32)
-        return np.stack([self.answers[p] for p in prefixes]).astype(np.float32, copy=False)
+        return [self.answers[p] for p in prefixes] or None
 
     def forget(self, prefixes) -> None:
         for p in prefixes:
@@ -194,7 +192,7 @@ class DraftSession:
             self.ctx.advance(tokens)
 
 
-class _Fresh(HostQuery):
+class _Fresh:
     """Any other draft model: a new context on the whole text each round."""
 
     rows = 0  # its passes' rows are not counted
@@ -209,6 +207,13 @@ class _Fresh(HostQuery):
 
     def logprobs(self, prefixes):
         return self.inner.logprobs(prefixes)
+
+    def query(self, prefixes, q):
+        """The new context's own answer (reduced on its device where it keeps its rows there)."""
+        return self.inner.query(prefixes, q)
+
+    def device_rows(self, prefixes):
+        return self.inner.device_rows(prefixes)
 
     def known(self, prefix) -> bool | None:
         return self.inner.known(prefix)

@@ -12,6 +12,12 @@ at position ``len(cache) + len(pending) + depth - 1``. This is the pass that
 (``P = 0``: one plain decoding step). After the call the cache keeps the
 pending tokens and the accepted path (their keys and values are gathered into
 place) and drops the rest of the tree.
+
+A call's rows stay on the model's device (:class:`DeviceRows`); the
+verification walk reads from them only what it decides on (the argmax of
+each row at T = 0; at T > 0, per node it visits, the candidates'
+probabilities, their total and one drawn token), counted in
+:attr:`TargetSession.moved`.
 """
 
 from __future__ import annotations
@@ -20,7 +26,66 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..sources._device import _torch, additive_mask, returned_cache, synchronize, to_numpy, with_cache
+from ..sources._device import _torch, additive_mask, returned_cache, synchronize, with_cache
+from ..sources._query import Transfer
+from ._verify import Distribution, TreeRows
+
+
+def _host(t, moved: Transfer, nodes: int = 0) -> np.ndarray:
+    a = t.detach().cpu().numpy()
+    moved.add(a.nbytes, nodes)
+    return a
+
+
+class DeviceDistribution(Distribution):
+    """A node's probabilities ``softmax(logp / T)`` in float64, on the model's device."""
+
+    def __init__(self, logp, T: float, moved: Transfer):
+        torch = _torch()
+        with torch.inference_mode():
+            x = logp.double() / T
+            x = torch.exp(x - torch.max(x))
+            self.p, self.moved = x / torch.sum(x), moved
+        self._total = None
+
+    @property
+    def total(self) -> float:
+        if self._total is None:
+            self._total = float(_host(_torch().sum(self.p), self.moved))
+        return self._total
+
+    def at(self, tokens: Sequence[int]) -> np.ndarray:
+        torch = _torch()
+        idx = torch.as_tensor(np.asarray(tokens, np.int64), device=self.p.device)
+        return _host(self.p[idx], self.moved)
+
+    def draw_without(self, removed: Sequence[int], u: float) -> int:
+        torch = _torch()
+        with torch.inference_mode():
+            r = self.p
+            if len(removed):
+                r = r.clone()
+                r[torch.as_tensor(np.asarray(removed, np.int64), device=r.device)] = 0.0
+            c = torch.cumsum(r, dim=0)
+            tok = torch.searchsorted(c, (float(u) * c[-1])[None], right=True)
+        return int(min(int(_host(tok, self.moved)[0]), r.shape[0] - 1))
+
+
+class DeviceRows(TreeRows):
+    """One verifier call's rows ``f32[n, V]`` on the model's device, by path (``index``: path -> row)."""
+
+    def __init__(self, logp, index: dict, moved: Transfer):
+        self.logp, self.index, self.moved = logp, index, moved
+        self._argmax: np.ndarray | None = None
+
+    def argmax(self, path: tuple[int, ...]) -> int:
+        if self._argmax is None:  # every row's at once: n ints cross
+            self._argmax = _host(_torch().argmax(self.logp, dim=1), self.moved, self.logp.shape[0])
+        return int(self._argmax[self.index[path]])
+
+    def distribution(self, path: tuple[int, ...], T: float) -> Distribution:
+        self.moved.add(0, 1)
+        return DeviceDistribution(self.logp[self.index[path]], T, self.moved)
 
 
 class TargetSession:
@@ -34,6 +99,7 @@ class TargetSession:
             raise ValueError("speculative decoding needs a prompt of at least 2 tokens")
         self.src, self.model = src, src.model
         self.passes = 0
+        self.moved = Transfer()  # what the verification walk read from the device (bytes, rows it read from)
         self._hidden = None
         self._hook = None
         if features:
@@ -73,22 +139,21 @@ class TargetSession:
         ids = torch.tensor([self.pending + [int(v[-1]) for v in nodes]], device=dev)
         return ids, torch.tensor([pos], device=dev), mask[None, None].to(dev), index
 
-    def verify(self, nodes: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
-        """The target's rows (float32 log-probabilities) after the text (``()``) and after each drafted node, from
-        one forward pass; nodes are token paths below the text, parents first."""
+    def verify(self, nodes: Sequence[tuple[int, ...]]) -> DeviceRows:
+        """The target's rows (float32 log-probabilities, on the model's device) after the text (``()``) and after
+        each drafted node, from one forward pass; nodes are token paths below the text, parents first."""
         torch = _torch()
         nodes = [tuple(int(t) for t in v) for v in nodes]
         ids, pos, mask, index = self._inputs(nodes)
         with torch.inference_mode():
             out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
                              **with_cache(self.model, self.cache))  # fmt: skip
-            logp = to_numpy(torch.log_softmax(out.logits[0, len(self.pending) - 1 :].float(), dim=-1))
+            logp = torch.log_softmax(out.logits[0, len(self.pending) - 1 :].float(), dim=-1)
         synchronize(self.src.device)
         self.passes += 1
         self._index = index
-        rows = {(): logp[0]}
-        rows.update({v: logp[i - len(self.pending) + 1] for v, i in index.items()})
-        return rows
+        rows = {(): 0} | {v: i - len(self.pending) + 1 for v, i in index.items()}
+        return DeviceRows(logp, rows, self.moved)
 
     def features(self, path: Sequence[int]) -> object:
         """``[len(pending) + len(path), H]``: the features of the pending tokens and of the accepted path's nodes,

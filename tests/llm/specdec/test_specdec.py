@@ -82,7 +82,7 @@ def _accept_any_drafted_child(rows, nodes, T, rng):
     kids, path = children_of(nodes), ()
     while path in kids:
         path = path + (kids[path][0],)
-    return path, int(np.argmax(rows[path]))
+    return path, rows.argmax(path)
 
 
 def test_greedy_check_catches_a_broken_verifier(tiny, drafters, monkeypatch):
@@ -268,3 +268,63 @@ def test_the_loop_hands_the_head_the_targets_features_of_the_text(tiny, drafters
     assert seen
     for tokens, features, n in seen:  # the chain held n tokens before these
         np.testing.assert_allclose(features.numpy(), full[n - 1 : n - 1 + len(tokens)], atol=1e-4)
+
+
+def test_the_loops_draft_contexts_answer_on_the_device(tiny, drafters):
+    """The draft contexts of the loop (a packed draft model, the head) and the head's own context keep their rows
+    on the model's device: drafting a tree of P nodes moves only the search's top-P children of each node it
+    opens to the host (12 bytes a child: an int64 id and a float32 log-probability), never a whole row, and their
+    node query equals the host answer of their rows."""
+    from brwsim.llm.drafters import Proposer
+    from brwsim.llm.sources import NodeQuery, answer_rows
+    from brwsim.llm.specdec._draft import DraftSession
+
+    P = 8
+    for d in drafters:
+        if isinstance(d, Proposer):
+            continue
+        session = DraftSession(d, tiny, list(PROMPTS[1]))
+        tree = session.tree(P)
+        moved = session.ctx.transfer()
+        assert tree and moved.nodes > 0 and moved.bytes == moved.nodes * 12 * min(P, V), d.name
+        for ctx in (session.ctx, d.context(list(PROMPTS[1]))):
+            prefixes = [(), tree[0], tree[-1]]
+            q = NodeQuery(K=3, moments=True, u=np.array([0.1, 0.5, 0.9]))
+            got, want = ctx.query(prefixes, q), answer_rows(ctx.logprobs(prefixes), q)
+            np.testing.assert_array_equal(got.ids, want.ids)
+            np.testing.assert_array_equal(got.logp, want.logp)
+            np.testing.assert_allclose(got.H, want.H, rtol=1e-5)
+            np.testing.assert_array_equal(got.sample, want.sample)
+
+
+@pytest.mark.parametrize("T", [0.0, 1.0, 0.6])
+def test_the_verifier_reads_its_rows_on_the_device_as_on_the_host(T):
+    """One verifier call's rows stay on the model's device: the walk gives the path and token that the same walk
+    over the whole rows on the host gives (same uniforms), and reads from the device only the argmax of each row
+    (T = 0: 8 bytes a row) or, per node it visits, its candidates' probabilities, their total and at most one
+    drawn token (T > 0)."""
+    from brwsim.llm.specdec import HostRows, children_of, plain_generate, verify_tree
+    from brwsim.llm.specdec._target import TargetSession
+
+    src = _source(500, 2, 1, 3.0)  # a vocabulary of 500: a whole row (2,000 bytes) is larger than what is read
+    prompt = [3, 1, 4, 1, 5]
+    g = plain_generate(src, prompt, 3, T=0).tokens  # the greedy chain and siblings: walks that accept some
+    top = np.argsort(-TargetSession(src, prompt).verify([]).logp[0].numpy())[:3].tolist()
+    ts = TargetSession(src, prompt)
+    nodes = [(g[0],), (top[1],), (g[0], g[1]), (g[0], 7), (top[1], 5), (g[0], g[1], g[2]), (top[2],)]
+    rows = ts.verify(nodes)
+    host = HostRows({p: rows.logp[i].numpy() for p, i in rows.index.items()})
+    kids, paths = children_of(nodes), set()
+    for seed in range(40 if T > 0 else 1):
+        before = ts.moved.bytes
+        got = verify_tree(rows, nodes, T, np.random.default_rng(seed) if T > 0 else None)
+        assert got == verify_tree(host, nodes, T, np.random.default_rng(seed) if T > 0 else None)
+        paths.add(got[0])
+        moved = ts.moved.bytes - before
+        if T == 0:
+            assert moved == (8 * (len(nodes) + 1) if seed == 0 else 0)  # every row's argmax, once a call
+        else:
+            visited = [got[0][:d] for d in range(len(got[0]) + 1)]
+            most = sum(8 + 8 * len(kids.get(v, [])) for v in visited) + 8
+            assert 0 < moved <= most < 4 * 500, (seed, got, moved)
+    assert T == 0 or len(paths) >= 3 and max(map(len, paths)) >= 2  # walks that accept, at several depths

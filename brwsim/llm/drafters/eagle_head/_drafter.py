@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from ....errors import BrwsimError
-from ...sources import HostQuery, _packed, rounds
+from ...sources import DeviceQuery, Transfer, _packed, rounds
 from ...sources._device import to_numpy
 from .._base import DraftModel, PassFootprint
 from .._hf import model_footprint
@@ -115,16 +115,16 @@ class EagleDraftModel(DraftModel):
 class HeadOpen(_packed.Open):
     """The head's prompt pass: it reads (feature i, token i + 1) at position i for i = 0 .. L - 2."""
 
-    def __init__(self, prompt: list[int], features, T: float):
-        super().__init__(prompt[1:])
+    def __init__(self, prompt: list[int], features, T: float, on_device: bool = False):
+        super().__init__(prompt[1:], on_device=on_device)
         self.features, self.T = features, T
 
 
 class HeadExtend(_packed.Extend):
     """New drafted nodes: each reads its parent's predicted feature (``feats [n, H]``) and its own token."""
 
-    def __init__(self, kv, tokens, positions, sees, feats, T: float):
-        super().__init__(kv, tokens, positions, sees)
+    def __init__(self, kv, tokens, positions, sees, feats, T: float, on_device: bool = False):
+        super().__init__(kv, tokens, positions, sees, on_device=on_device)
         self.feats, self.T = feats, T
 
 
@@ -186,9 +186,9 @@ class _Mlp:
         return hd.down(F.silu(hd.gate(h)) * hd.up(h))
 
 
-class EagleContext(HostQuery):
-    """Questions about the drafter's tree below one prompt; ``passes`` counts head forward passes (the node query
-    answered from the head's rows, which its engine returns to the host)."""
+class EagleContext(DeviceQuery):
+    """Questions about the drafter's tree below one prompt; ``passes`` counts head forward passes. The head's rows
+    stay on the model's device and the node query is reduced there (:class:`~...sources.DeviceQuery`)."""
 
     def __init__(self, dm: EagleDraftModel, prompt: list[int], temperature: float = 1.0):
         if len(prompt) < 2:
@@ -198,20 +198,28 @@ class EagleContext(HostQuery):
         self.dm, self.T = dm, temperature
         self.L = len(prompt)
         self.features = dm.prompt_features(prompt)  # [L - 1, H]: the target's, verified context
-        self.kv, rows, feat = rounds.ask(dm.engine, HeadOpen(prompt, self.features, temperature))
+        self.vocab, self.moved, self._root = int(dm.vocab_size), Transfer(), None
+        self.kv, rows, feat = rounds.ask(dm.engine, HeadOpen(prompt, self.features, temperature, on_device=True))
         self.passes = 1
         self.nodes = 0
         self.feat: dict[tuple[int, ...], torch.Tensor] = {(): feat[0]}
         self.slot: dict[tuple[int, ...], int] = {}
-        self.answers: dict[tuple[int, ...], np.ndarray] = {(): rows[0]}
-        self.root = self.answers[()]
+        self.answers: dict = {(): rows[0]}  # prefix -> its row f32[V] on the device
+
+    @property
+    def root(self) -> np.ndarray:
+        """The prompt's row on the host (copied once)."""
+        if self._root is None:
+            self._root = self._host(self.answers[()][None])[0]
+        return self._root
 
     def _step(self, nodes: list[tuple[int, ...]]) -> None:
         """One head pass for ``nodes`` (their parents all evaluated)."""
         base = self.kv.used
         sees = [[self.slot[n[:d]] for d in range(1, len(n))] for n in nodes]
         fin = torch.stack([self.feat[n[:-1]] for n in nodes])
-        req = HeadExtend(self.kv, [n[-1] for n in nodes], [self.L - 2 + len(n) for n in nodes], sees, fin, self.T)
+        pos = [self.L - 2 + len(n) for n in nodes]
+        req = HeadExtend(self.kv, [n[-1] for n in nodes], pos, sees, fin, self.T, on_device=True)
         _, rows, feats = rounds.ask(self.dm.engine, req)
         for i, n in enumerate(nodes):
             self.slot[n], self.feat[n], self.answers[n] = base + i, feats[i], rows[i]
@@ -226,14 +234,12 @@ class EagleContext(HostQuery):
     def forget(self, prefixes: Sequence[tuple[int, ...]]) -> None:
         """Kept: a node's row is its own pass's (its slot and features stay), dropped it could not be asked again."""
 
-    def logprobs(self, prefixes: Sequence[tuple[int, ...]]) -> np.ndarray:
-        """``float32 [len(prefixes), V]``: the drafter's next-token log-probabilities after each prefix."""
+    def _rows(self, prefixes: Sequence[tuple[int, ...]]) -> list | None:
+        """The device rows ``f32[V]`` of the drafter's next-token log-probabilities after each prefix."""
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
         need = {p[:d] for p in prefixes for d in range(1, len(p) + 1)} - set(self.answers)
         while need:
             ready = sorted(n for n in need if n[:-1] in self.answers)
             self._step(ready)
             need.difference_update(ready)
-        if not prefixes:
-            return np.zeros((0, self.dm.vocab_size), np.float32)
-        return np.stack([self.answers[p] for p in prefixes]).astype(np.float32, copy=False)
+        return [self.answers[p] for p in prefixes] or None
