@@ -79,7 +79,7 @@ def test_derived_draft_cost_on_a_roofline_and_on_a_table():
     look = SimpleNamespace(name="look", footprint=lambda: NO_PASS, target_footprint=None)
     assert derived_draft_cost(table, look) == DraftCost(0.0, "P", "look: no model pass (proposals from the context)",
                                                         "none")  # fmt: skip
-    unknown = SimpleNamespace(name="u", footprint=lambda: None)
+    unknown = SimpleNamespace(name="u", footprint=lambda: None, target_footprint=None)
     assert derived_draft_cost(table, unknown).kind == "none" and derived_draft_cost(table, unknown).t_pass == 0.0
 
 

@@ -832,26 +832,27 @@ def test_measure_cost_and_draft_cost_from_known_times(monkeypatch):
         return source
 
     def fake_interleaved(calls, repeats, device):
-        assert list(calls) == (["target", "draft"] if "target" in calls else ["draft"]) and device is None
+        assert list(calls) == (["target", "draft"] if "target" in calls else ["draft"]) and device == "cpu"
         d = {"target": [0.010, 0.020, 0.012], "draft": [0.004, 0.002, 0.003]}
         return {k: d[k] for k in calls}
 
     monkeypatch.setattr(_sources, "decode_step_timer", fake_step)
     monkeypatch.setattr(_sources, "interleaved_times", fake_interleaved)
-    dr = SimpleNamespace(name="dr", timing_source=lambda: src)
+    dr = SimpleNamespace(name="dr", timing_source=lambda: src, pass_timer=lambda context, seed: None, device="cpu")
     d = measure_draft_cost(dr, context=11, repeats=3)
     assert timers == [(src, 11, 0)]
     half = float(scipy.stats.t.ppf(0.975, 2)) * 0.001 / 3**0.5  # Student t, 2 degrees of freedom: s = 0.001
     label = "dr: 3.000 ms per pass measured here (mean of 3), one pass per drafted token"
     assert d == DraftCost(pytest.approx(0.003), "P", label, "measured", pytest.approx(half), None, None, 3)
-    tgt = SimpleNamespace(name="target")
+    tgt = SimpleNamespace(name="target", device="cpu")
     d = measure_draft_cost(dr, tgt, context=11, repeats=3)  # interleaved with the target's step: ratios .4 .1 .25
     assert timers[-2:] == [(src, 11, 0), (tgt, 11, 0)] and d.t_step == pytest.approx(0.014)
     # the mean ratio with the Student t half-width of that mean over the rounds (s = 0.15)
     assert d.fraction == pytest.approx(0.25) and d.fraction_ci95 == pytest.approx(half * 150)
     assert "0.250 +- 0.373 of the target's step in the same rounds" in d.label
-    assert measure_draft_cost(SimpleNamespace(name="p", timing_source=lambda: None)) is None
-    head = SimpleNamespace(name="head", pass_timer=lambda context, seed: ("timer", context, seed))
+    no_pass = SimpleNamespace(name="p", timing_source=lambda: None, pass_timer=lambda context, seed: None)
+    assert measure_draft_cost(no_pass) is None
+    head = SimpleNamespace(name="head", pass_timer=lambda context, seed: ("timer", context, seed), device="cpu")
     seen_calls = []
     monkeypatch.setattr(_sources, "interleaved_times", lambda calls, repeats, device: seen_calls.append(calls) or
                         {"draft": [1.0, 3.0]})  # fmt: skip

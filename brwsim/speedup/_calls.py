@@ -147,7 +147,7 @@ def measure_draft_calls(
     fr = [mean_ci95([x[0] for x in got[P]]) for P in Ps]
     vf = [mean_ci95([x[4] for x in got[P]]) for P in Ps]
     return DraftCalls(
-        name=name or getattr(drafter, "name", "drafter"),
+        name=name or drafter.name,
         P=tuple(Ps),
         fraction=tuple(m for m, _ in fr),
         fraction_ci95=tuple(c if len(prompts) > 1 else None for _, c in fr),

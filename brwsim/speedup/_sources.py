@@ -55,7 +55,7 @@ def measure_draft_cost(drafter, target=None, context: int = 256, repeats: int = 
     (``fraction``) with the Student t half-width of that mean (``fraction_ci95``). ``t_pass`` is the mean of the
     ``repeats`` and ``t_pass_ci95`` the Student t half-width of that mean (``t_step``: the target's mean step).
     None when the drafter has no pass of its own to time (a proposer)."""
-    timer = drafter.pass_timer(context, seed) if hasattr(drafter, "pass_timer") else None
+    timer = drafter.pass_timer(context, seed)
     if timer is None:
         src = drafter.timing_source()
         if src is None:
@@ -64,8 +64,7 @@ def measure_draft_cost(drafter, target=None, context: int = 256, repeats: int = 
     calls = {"draft": timer}
     if target is not None:
         calls = {"target": decode_step_timer(target, context, seed)} | calls
-    device = getattr(target, "device", None) or getattr(drafter, "device", None)
-    device = device or getattr(getattr(drafter, "src", None), "device", None)
+    device = target.device if target is not None else drafter.device
     times = interleaved_times(calls, repeats=repeats, device=device)
     ts = times["draft"]
     t, ci = _mean_ci(ts)

@@ -20,7 +20,7 @@ from ..estimate import SimulationResult
 from ..llm.drafters._base import PassFootprint
 from ..llm.drafters._report import fixed_builder
 from ..llm.results import DrafterResult, RunResult
-from ._costs import ORACLE, DraftCost, RooflineCost, VerifyCost, isotonic_fit
+from ._costs import ORACLE, AchievedRooflineCost, DraftCost, RooflineCost, VerifyCost, isotonic_fit
 
 MEANING = (
     "speedup = tokens per second with speculation / without it = (E[X]+1) t_verify(0) / (t_verify(P) + t_draft(P)); "
@@ -185,9 +185,9 @@ def footprint_cost(
         return DraftCost(frac * t0, "P", label, "derived", fraction=frac)
     if tf is None:
         return DraftCost(0.0, "P", f"{name}: unknown (no target footprint; not counted)", "none")
-    own = hasattr(cost, "bytes_per_param")
+    own = isinstance(cost, RooflineCost | AchievedRooflineCost)  # a cost model with its own dtype and context
     b = float(cost.bytes_per_param if own else bytes_per_param)
-    L = int(getattr(cost, "context", context))
+    L = int(cost.context if own else context)
     frac = fp.nbytes(b, b, L) / tf.nbytes(b, b, L)
     whose = "the cost model's" if own else "--bytes-per-param"
     label = (f"{name}: {frac:.3g} of a decoding step per pass (bytes read, from its footprint; the target's weights "
@@ -222,7 +222,7 @@ def derived_draft_cost(cost: VerifyCost, drafter, bytes_per_param: float = 2.0, 
     fp = drafter.footprint()
     if fp is None:
         return DraftCost(0.0, "P", f"{drafter.name}: unknown (not counted)", "none")
-    tf = getattr(drafter, "target_footprint", None)
+    tf = drafter.target_footprint
     return footprint_cost(cost, drafter.name, fp, tf, bytes_per_param, context)
 
 

@@ -130,6 +130,7 @@ class Drafter(abc.ABC):
 
     target_footprint: PassFootprint | None = None  # the target's decoding step, set when the drafter opens
     target_bits: float = 32.0  # the target's weight dtype as loaded, in bits
+    device: str = "cpu"  # where the drafter's passes run (its model's device; a proposer runs on the host)
 
     def footprint(self) -> PassFootprint | None:
         """What one drafter pass reads and computes (:class:`PassFootprint`); None: not declared."""

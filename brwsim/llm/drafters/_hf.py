@@ -65,6 +65,7 @@ class HFDraftModel(DraftModel):
 
     def __init__(self, src, name: str, info: dict | None = None, fp: PassFootprint | None = None, target=None):
         self.src, self.name, self.info, self.fp = src, name, dict(info or {}), fp
+        self.device = src.device
         if target is not None:
             self.target_footprint = model_footprint(target.model, what="the target's decoding step")
             self.target_bits = 8.0 * float(next(target.model.parameters()).element_size())
