@@ -338,7 +338,7 @@ def _join(group: Group, auto: bool, num_processes, process_id) -> None:
         raise _join_failed(e, auto, group.coordinator, group.join, group) from None
     group.n, group.me, group.joined = jax.process_count(), jax.process_index(), True
     group.channel.tell("joined", f"{group.n} {group.me}")
-    client = getattr(_distributed.global_state, "client", None)
+    client = _client()
     if group.n > 1 and client is not None:  # without JAX's client, a fault is named from the runtime's report
         PeerWatch(client, group).start()
 

@@ -603,7 +603,7 @@ def main(argv=None) -> dict:
         lines.append(
             f"{panel} {task} {name}: best {t.best_text()}, speedup {b.speedup:.2f} +- {b.speedup_ci95:.2f} "
             f"(estimate; drafting {1e3 * b.t_draft:.3g} ms a call there, {t.draft.kind}; {t.source}); "
-            f"recommended P = {t.recommended()} (the smallest budget within the best's 95% CI)"
+            f"{t.recommended_text()}"
         )
     rows += cost_rows(costs, params) + call_rows(calls, params)
     figs = [common.save_figure(drafter_figure(dt), NAME + "_drafters")] if dt else []

@@ -84,10 +84,7 @@ def print_plan(tables: list[SpeedupTable], out=None) -> None:
             f"budgets within the 95% CI of the best: {near}",
             file=out,
         )
-        rec = t.recommended()
-        why = "plain decoding is within the best's 95% CI: do not speculate" if rec == 0 else (
-            "the smallest budget within the best's 95% CI")  # fmt: skip
-        print(f"recommended P = {rec} ({why})", file=out)
+        print(t.recommended_text(), file=out)
 
 
 def _from_json(path: str, cost_kw: dict, args) -> list[SpeedupTable]:

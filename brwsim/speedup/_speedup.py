@@ -72,6 +72,13 @@ class SpeedupTable:
         95% interval: a point-estimate best of 1.01 +- 0.26 is no evidence that speculating pays."""
         return min(self.near_best())
 
+    def recommended_text(self) -> str:
+        """``recommended P = 4 (why)``, as ``brwsim plan`` prints it."""
+        rec = self.recommended()
+        why = "plain decoding is within the best's 95% CI: do not speculate" if rec == 0 else (
+            "the smallest budget within the best's 95% CI")  # fmt: skip
+        return f"recommended P = {rec} ({why})"
+
     def at_edge(self) -> bool:
         """True when the best is the largest budget tried: a larger P may do better still."""
         return self.best.P == max(r.P for r in self.rows) and self.best.P > 0

@@ -120,6 +120,14 @@ class HostQuery:
         return None
 
 
+def to_host(t, moved: Transfer, nodes: int = 0) -> np.ndarray:
+    """The tensor ``t`` copied to the host, its bytes (and the ``nodes`` whose answers they carry) counted in
+    ``moved``."""
+    a = t.detach().cpu().numpy()
+    moved.add(a.nbytes, nodes)
+    return a
+
+
 class DeviceQuery:
     """For a class whose rows are tensors on the model's device: :meth:`_rows` gives the rows of some prefixes
     (the missing ones evaluated first), ``vocab`` is their length and ``moved`` the :class:`Transfer` that counts
@@ -134,9 +142,7 @@ class DeviceQuery:
         raise NotImplementedError
 
     def _host(self, rows) -> np.ndarray:
-        a = rows.detach().cpu().numpy()
-        self.moved.add(a.nbytes, a.shape[0])
-        return a
+        return to_host(rows, self.moved, rows.shape[0])
 
     def transfer(self) -> Transfer:
         return self.moved
@@ -286,4 +292,4 @@ def answer_tensor(logp, q: NodeQuery) -> NodeAnswer:
 
 
 __all__ = ["DeviceQuery", "HostQuery", "NodeAnswer", "NodeQuery", "Transfer", "answer_rows", "answer_tensor",
-           "inverse_cdf", "temper", "top_k_rows"]  # fmt: skip
+           "inverse_cdf", "temper", "to_host", "top_k_rows"]  # fmt: skip

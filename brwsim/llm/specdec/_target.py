@@ -28,13 +28,8 @@ import numpy as np
 
 from ..sources._device import _torch, additive_mask, returned_cache, synchronize, with_cache
 from ..sources._query import Transfer
+from ..sources._query import to_host as _host
 from ._verify import Distribution, TreeRows
-
-
-def _host(t, moved: Transfer, nodes: int = 0) -> np.ndarray:
-    a = t.detach().cpu().numpy()
-    moved.add(a.nbytes, nodes)
-    return a
 
 
 class DeviceDistribution(Distribution):
