@@ -87,7 +87,7 @@ def settings(
         every = [d for d in every if d in drafters]
     n, new_tokens = n or (2 if quick else 16), new_tokens or (32 if quick else 128)
     out = dict(model=MODEL, tasks=list(TASKS), n=n, new_tokens=new_tokens, T=1.0, seed=seed, drafters=every,
-               version=brwsim.__version__)  # fmt: skip
+               version=brwsim.__version__, loop=planner._loop_version())  # fmt: skip
     return out | ({} if device == "cpu" else {"device": device})
 
 
@@ -338,6 +338,10 @@ def main(argv=None) -> dict:
         got = _point(params, prompt, tables, t0, args.budget_seconds)
         if got is not None:
             points += got
+    if not points:  # keep the rows already written rather than replace them with an empty table
+        raise SystemExit(f"end_to_end: nothing measured: no prompt finished within --budget-seconds and none is "
+                         f"cached for this code's loop (version {params['loop']}); the results were not written; "
+                         f"give more --budget-seconds")  # fmt: skip
     return report(params, points, tables)
 
 

@@ -318,8 +318,15 @@ def drafter_calls(params: dict, names: list[str]) -> dict:
         key = {"what": "drafter_calls", "name": name, "P": params["P"], "node": platform.node()}
         key |= _device_key(params) | {k: params[k] for k in ("seed", "calls_prompts", "calls_tokens", "quick")}
         key |= {"version": brwsim.__version__, "verify": True}  # the loop's verifying seconds kept per call
+        key |= {"loop": _loop_version()}  # measured with the loop's host work of this version
         (out[name],) = common.cached(NAME, key, lambda name=name, spec=spec: [_calls_of(params, name, spec)])
     return out
+
+
+def _loop_version() -> int:
+    from brwsim.llm.specdec import LOOP_VERSION
+
+    return LOOP_VERSION
 
 
 @functools.lru_cache(maxsize=1)

@@ -121,9 +121,16 @@ def test_the_recommended_budget_is_plain_decoding_when_the_best_is_not_told_apar
     out = io.StringIO()
     print_plan([t], out)
     assert "best P = 8" in out.getvalue() and "recommended P = 0 (plain decoding is within" in out.getvalue()
-    # a narrower interval excludes 1: the cheapest budget within the best's interval (P = 4 reaches 1.0 + ...)
+    # a narrower interval (down to 1.4) excludes 1; P = 4's interval reaches it (1.61) but its estimate, 1.3, does
+    # not: the best itself is the recommendation
     t = speedup_table([(4, 0.3, 0.31), (8, 0.5, 0.1), (16, 0.2, 0.1)], flat)
-    assert t.near_best() == [4, 8] and t.recommended() == 4
+    assert t.near_best() == [4, 8] and t.recommended() == 8
+    # the estimate, not the interval, against the best's interval: P = 2 is a slowdown (0.9 +- 0.3) whose interval
+    # reaches the best's (1.5 +- 0.4, down to 1.1); P = 4 (1.2 +- 0.05) is the cheapest estimate within it
+    cost = TableCost({0: 1.0, 2: 1.5, 4: 1.0, 8: 1.0})
+    t = speedup_table([(2, 0.35, 0.45), (4, 0.2, 0.05), (8, 0.5, 0.4)], cost)
+    assert [r.speedup for r in t.rows] == pytest.approx([1.0, 0.9, 1.2, 1.5])
+    assert t.near_best() == [2, 4, 8] and t.recommended() == 4
     out = io.StringIO()
     print_plan([t], out)
     assert "recommended P = 4 (the smallest budget" in out.getvalue()

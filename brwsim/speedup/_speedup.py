@@ -67,16 +67,19 @@ class SpeedupTable:
         return [r.P for r in self.rows if r.speedup + r.speedup_ci95 >= b.speedup - b.speedup_ci95]
 
     def recommended(self) -> int:
-        """The budget to run: the smallest P among :meth:`near_best`, the cheapest budget the data do not tell apart
-        from the best. P = 0, do not speculate, whenever plain decoding's speedup (1, exact) reaches the best one's
-        95% interval: a point-estimate best of 1.01 +- 0.26 is no evidence that speculating pays."""
-        return min(self.near_best())
+        """The budget to run: the smallest P whose estimated speedup lies within the best one's 95% interval, the
+        cheapest budget the data do not tell apart from the best. P = 0, do not speculate, whenever plain decoding's
+        speedup (1, exact) lies within it: a point-estimate best of 1.01 +- 0.26 is no evidence that speculating
+        pays. The point estimate, not its interval, is held against the best's interval, so a budget estimated below
+        1 is never recommended over plain decoding (its interval may still reach the best's: :meth:`near_best`)."""
+        b = self.best
+        return min(r.P for r in self.rows if r.speedup >= b.speedup - b.speedup_ci95)
 
     def recommended_text(self) -> str:
         """``recommended P = 4 (why)``, as ``brwsim plan`` prints it."""
         rec = self.recommended()
         why = "plain decoding is within the best's 95% CI: do not speculate" if rec == 0 else (
-            "the smallest budget within the best's 95% CI")  # fmt: skip
+            "the smallest budget whose estimate is within the best's 95% CI")  # fmt: skip
         return f"recommended P = {rec} ({why})"
 
     def at_edge(self) -> bool:

@@ -72,3 +72,9 @@ def test_a_drafters_unit_is_cached_on_its_own(monkeypatch, tmp_path):
     (pt2,) = end_to_end._point(alone, prompt, tables, 0.0, None)
     assert measured == ["lowbit:bits=4", "lookup:n=3"] and pt2["runs"] == pt["runs"][4:]
     assert end_to_end._point(alone, prompt, {}, 0.0, None) is None  # no planner rows: nothing to measure
+    # a unit measured with another version of the loop's host work is not reused: it is measured again
+    monkeypatch.setattr(end_to_end.planner, "_loop_version", lambda: 1)
+    old = end_to_end.settings(True, 0, drafters=["lookup:n=3"])
+    assert old["loop"] == 1 and alone["loop"] != 1
+    end_to_end._point(old, prompt, tables, 0.0, None)
+    assert measured == ["lowbit:bits=4", "lookup:n=3", "lookup:n=3"]

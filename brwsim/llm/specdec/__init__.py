@@ -12,11 +12,12 @@ decoding on the same code, the baseline of the speedup.
 """
 
 from ._draft import DraftSession, HeadChain, PackedChain, open_chain
-from ._loop import Generation, plain_generate, speculative_generate
+from ._loop import LOOP_VERSION, Generation, plain_generate, speculative_generate
 from ._target import TargetSession
 from ._verify import Distribution, HostRows, TreeRows, children_of, rejection_step, verify_tree
 
 __all__ = [
+    "LOOP_VERSION",
     "Distribution",
     "DraftSession",
     "Generation",

@@ -20,6 +20,13 @@ from ._draft import DraftSession, reads_features
 from ._target import TargetSession
 from ._verify import verify_tree
 
+# What a call of the loop does on the host, as a cache key: measured costs (the planner's per-call calibration, the
+# end-to-end units) are kept per version, so a change to the loop's host work, which changes what a call costs,
+# measures them again instead of mixing old and new. Raise it with such a change.
+#   1: every draft and verifier row copied to the host whole
+#   2: rows stay on the device; only the node query's answers and the walk's reads cross
+LOOP_VERSION = 2
+
 
 @dataclasses.dataclass
 class Generation:
