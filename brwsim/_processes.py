@@ -49,6 +49,7 @@ HEARTBEAT_S = 10  # a process that sends no heartbeat for this long is dead (JAX
 JOIN_S = 120  # how long a process waits for all the others to join
 FAULT_EXIT = _supervise.FAULT_EXIT
 ALIVE_KEY = "brwsim/alive/{}"  # each process's heartbeat counter in the coordination service's key-value store
+DONE = "done"  # the value a process leaves as its counter when it has finished (PeerWatch.stop): not a stopped peer
 TEXT_FALLBACK = " (as the runtime's log names it)"  # marks a line whose process was named by the last resort
 
 
@@ -168,8 +169,16 @@ class PeerWatch:
         return self
 
     def stop(self) -> None:
+        """Stop beating and write :data:`DONE` as this process's counter: a peer that ended its work is not read
+        as one that stopped sending heartbeats by the processes still running."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join(timeout=5)
+        try:
+            self.client.key_value_set(ALIVE_KEY.format(self.group.me), DONE, allow_overwrite=True)
+        except Exception:  # noqa: BLE001 - the service is already gone: nobody is left to read it
+            pass
 
     def _read(self, i: int) -> str | None:
         try:
@@ -188,7 +197,7 @@ class PeerWatch:
                 continue
             values, now = {i: self._read(i) for i in self.peers}, time.monotonic()
             seen = {i: seen[i] if values[i] == seen[i][0] else (values[i], now) for i in self.peers}
-            stale = " ".join(str(i) for i in self.peers if now - seen[i][1] > self.stale_after)
+            stale = " ".join(str(i) for i in self.peers if values[i] != DONE and now - seen[i][1] > self.stale_after)
             tell("answered", f"{now:.3f}")
             if stale != told:
                 tell("stale", stale)
@@ -226,17 +235,21 @@ def _not_joined(view: Group) -> tuple[str, str]:
 
 
 def _failed_peer(view: Group, ending: _supervise.Ending, service_up: bool | None) -> tuple[str, str]:
-    """Who failed in a joined run: the coordination service is gone (``service_up`` False, or the peer watch
-    got no answer for longer than a peer may miss its heartbeats): process 0; else the peers whose
-    heartbeats the peer watch saw stop; the runtime's report text only when neither says anything."""
+    """Who failed in a joined run: the peers whose heartbeats the peer watch saw stop while the coordination
+    service still answered; else, when the service is gone (``service_up`` False, or the peer watch got no
+    answer for longer than a peer may miss its heartbeats), process 0; the runtime's report text only when
+    neither says anything. Stopped heartbeats come first: in a run of three or more processes the service may
+    shut down after another process died (the runtime ends the run), and then the dead process, not the
+    coordinator, is the one to name; when process 0 itself dies, its service goes with it, so the watch sees
+    no counter stop before the service stops answering."""
     told, stale_after = ending.told, max(2.0, view.heartbeat / 2)
     answered = float(told["answered"]) if "answered" in told else None
     stale = [int(i) for i in told.get("stale", "").split()]
     lost = answered is not None and ending.at - answered > stale_after
-    if view.me != 0 and (service_up is False or lost):
-        who, what = _name(0), "is unreachable or failed"
-    elif stale:
+    if stale:  # seen while the service still answered: these stopped first, whatever became of the service after
         who, what = ", ".join(_name(i) for i in stale), "stopped sending heartbeats"
+    elif view.me != 0 and (service_up is False or lost):
+        who, what = _name(0), "is unreachable or failed"
     else:
         who, what = _failed_process(ending.report), "failed" + TEXT_FALLBACK
     return who, what + f" (detected within about {2 * view.heartbeat} s)"

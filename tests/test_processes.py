@@ -181,6 +181,19 @@ def test_killed_worker_is_named_and_the_rerun_resumes_bit_for_bit(processes, tmp
     assert resumed == json.loads(run_one(processes, FAULT_RUN))
 
 
+def test_a_killed_process_of_three_is_named_by_both_survivors(processes, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    procs = start_processes(processes, 3, ["--heartbeat-timeout", "5", *FAULT_RUN, "--checkpoint", str(ckpt)])
+    _wait_for_checkpoint(ckpt, procs)
+    procs[2].send_signal(signal.SIGSTOP)
+    os.killpg(procs[2].pid, signal.SIGKILL)
+    for p in procs[:2]:  # the coordinator's service may go down after process 2 died: process 2 is still named
+        rc, out, err = processes.finish(p, BROKEN)
+        assert rc == 3 and not out.strip(), err[-3000:]
+        line = _one_fault_line(err, "process 2 of the 3-process run stopped sending heartbeats")
+        assert TEXT_FALLBACK not in line
+
+
 def test_killed_coordinator_is_named(processes, tmp_path):
     procs = start_processes(processes, 2, ["--heartbeat-timeout", "5", *FAULT_RUN, "--checkpoint", str(tmp_path)])
     _wait_for_checkpoint(tmp_path, procs)

@@ -45,6 +45,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: brwsim importable uninstalled
+sys.path.insert(0, ROOT)
 BRWSIM = [sys.executable, "-m", "brwsim"]
 OK_EXIT = {0}
 
@@ -82,7 +84,8 @@ def _rss_bytes(pgid: int) -> int:
 
 def run(case: Case, memory_gb: float, cwd: str) -> dict:
     """Run one case in a process group of its own; watch its memory; kill the group on a hang or a blow-up."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **case.env}
+    path = os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **case.env}
     t0 = time.monotonic()
     p = subprocess.Popen(
         BRWSIM + case.argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

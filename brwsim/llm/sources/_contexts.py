@@ -62,6 +62,10 @@ class _DeviceRows(DeviceQuery, Context):
         return self.src.vocab_size
 
     @property
+    def device(self):
+        return self.src.device
+
+    @property
     def root(self) -> np.ndarray:
         """The prompt's row on the host (copied once)."""
         if self._root is None:

@@ -24,6 +24,7 @@ rounding of a boundary of the float64 cumulative sum).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -136,6 +137,7 @@ class DeviceQuery:
 
     vocab: int
     moved: Transfer
+    device: Any  # the torch device the rows live on
 
     def _rows(self, prefixes) -> list | None:
         """The device rows ``f32[V]`` of ``prefixes`` (None for none), evaluated where missing."""
@@ -152,7 +154,7 @@ class DeviceQuery:
         import torch
 
         rows = self._rows(prefixes)
-        return torch.zeros((0, self.vocab)) if rows is None else torch.stack(rows)
+        return torch.zeros((0, self.vocab), device=self.device) if rows is None else torch.stack(rows)
 
     def logprobs(self, prefixes) -> np.ndarray:
         """Whole rows of any prefixes, on the host (missing nodes and their missing ancestors evaluated first)."""

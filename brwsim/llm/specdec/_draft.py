@@ -35,7 +35,7 @@ class PackedChain(DeviceQuery):
     rows stay on the model's device and the node query is reduced there (:class:`~..sources.DeviceQuery`)."""
 
     def __init__(self, engine, prompt: Sequence[int], vocab: int):
-        self.engine, self.vocab, self.moved = engine, vocab, Transfer()
+        self.engine, self.vocab, self.moved, self.device = engine, vocab, Transfer(), engine.device
         self.kv, root, _ = engine.run([_packed.Open([int(t) for t in prompt], on_device=True)])[0]
         self.L = len(prompt)
         self.committed = 0  # node slots holding generated text
@@ -94,7 +94,7 @@ class HeadChain(DeviceQuery):
     def __init__(self, dm, prompt: Sequence[int], prompt_features):
         from ..drafters.eagle_head._drafter import HeadOpen
 
-        self.dm, self.vocab, self.moved = dm, int(dm.vocab_size), Transfer()
+        self.dm, self.vocab, self.moved, self.device = dm, int(dm.vocab_size), Transfer(), dm.device
         prompt = [int(t) for t in prompt]
         self.kv, rows, feat = dm.engine.run([HeadOpen(prompt, prompt_features, 1.0, on_device=True)])[0]
         self.n = len(prompt)  # tokens of the text
@@ -174,6 +174,11 @@ class DraftSession:
         a draft model without the packed engine)."""
         return 0 if self.ctx is None else self.ctx.rows
 
+    def transfer(self) -> Transfer | None:
+        """What the drafter's context sent from its device to the host (None where not counted: a proposer, or a
+        draft model without the packed engine)."""
+        return None if self.ctx is None else self.ctx.transfer()
+
     def tree(self, P: int) -> list[tuple[int, ...]]:
         if P <= 0:
             return []
@@ -214,6 +219,10 @@ class _Fresh:
 
     def device_rows(self, prefixes):
         return self.inner.device_rows(prefixes)
+
+    def transfer(self) -> None:
+        """None: what crosses to the host is not counted (a new context each round; like its rows)."""
+        return None
 
     def known(self, prefix) -> bool | None:
         return self.inner.known(prefix)

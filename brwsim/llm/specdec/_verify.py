@@ -102,9 +102,11 @@ class HostDistribution(Distribution):
 def rejection_step(p, candidates: Sequence[int], rng: np.random.Generator) -> tuple[bool, int]:
     """Recursive rejection over deterministic sibling candidates (point-mass proposals): (accepted, token).
     ``p``: a :class:`Distribution` or probabilities on the host. The token is distributed as ``p`` whatever the
-    candidates are (distinct tokens); one uniform per candidate tried, and one for the correction token."""
+    candidates are; one uniform per distinct candidate tried, and one for the correction token. A repeated
+    candidate is tried once (its mass is already removed when it is rejected: trying it again would accept a
+    token with the wrong probability)."""
     d = p if isinstance(p, Distribution) else HostDistribution(p)
-    candidates = [int(x) for x in candidates]
+    candidates = list(dict.fromkeys(int(x) for x in candidates))
     mass = d.total
     px = d.at(candidates) if candidates else np.zeros(0)
     removed: list[int] = []

@@ -136,6 +136,21 @@ def test_prefixes_are_cached_one_head_step_per_new_node(drafter):
     np.testing.assert_allclose(drafter.context(PROMPT).logprobs([(b, a, c)])[0], deep[1], atol=2e-4)
 
 
+def test_a_forgotten_row_is_dropped_and_evaluated_again_when_asked(drafter):
+    ctx = drafter.context(PROMPT)
+    a, b = (int(t) for t in np.argsort(-ctx.root)[:2])
+    first = ctx.logprobs([(a,), (a, b)])
+    ctx.forget([(a,), (a, b), ()])  # the prompt's row stays
+    assert set(ctx.answers) == {()} and (a,) in ctx.slot and (a, b) in ctx.slot
+    passes = ctx.passes
+    deeper = ctx.logprobs([(a, b, a)])  # its ancestors keep their slots and features: one pass, no re-evaluation
+    assert ctx.passes == passes + 1 and set(ctx.answers) == {(), (a, b, a)}
+    again = ctx.logprobs([(a,), (a, b)])  # asked again: evaluated again, the same rows
+    assert ctx.passes == passes + 2
+    np.testing.assert_allclose(again, first, atol=2e-4)
+    np.testing.assert_allclose(drafter.context(PROMPT).logprobs([(a, b, a)])[0], deeper[0], atol=2e-4)
+
+
 def test_drafting_equals_the_training_unroll(tiny, drafter):
     """A depth-d node of a drafted tree is the head's depth-(d + 1) prediction of training (same inputs, same mask)."""
     import torch

@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from ....errors import BrwsimError
-from ...sources import DeviceQuery, Transfer, _packed, rounds
+from ...sources import DeviceQuery, NodeQuery, Transfer, _packed, rounds
 from ...sources._device import to_numpy
 from .._base import DraftModel, PassFootprint
 from .._hf import model_footprint
@@ -81,14 +81,18 @@ class EagleDraftModel(DraftModel):
 
     def pass_timer(self, context: int, seed: int = 0):
         """One head pass for one new drafted node below a prompt of ``context`` random tokens (the target's
-        features of the prompt computed once, outside the timing); each call drafts a new child of the root."""
+        features of the prompt computed once, outside the timing); each call drafts a new child of the root. Like
+        the target's timed step, the pass computes its row on the device and sends nothing back (an empty node
+        query); the row is then dropped, so the timed calls do not pile rows up on the device."""
         rng = np.random.default_rng(seed)
         prompt = rng.integers(0, self.vocab_size, size=context + 1).tolist()
         ctx = self.context(prompt)
         tokens = iter(rng.permutation(self.vocab_size).tolist())
 
         def one_pass():
-            ctx.logprobs([(next(tokens),)])
+            node = (next(tokens),)
+            ctx.query([node], NodeQuery())
+            ctx.forget([node])
 
         return one_pass
 
@@ -198,7 +202,7 @@ class EagleContext(DeviceQuery):
         self.dm, self.T = dm, temperature
         self.L = len(prompt)
         self.features = dm.prompt_features(prompt)  # [L - 1, H]: the target's, verified context
-        self.vocab, self.moved, self._root = int(dm.vocab_size), Transfer(), None
+        self.vocab, self.moved, self._root, self.device = int(dm.vocab_size), Transfer(), None, dm.device
         self.kv, rows, feat = rounds.ask(dm.engine, HeadOpen(prompt, self.features, temperature, on_device=True))
         self.passes = 1
         self.nodes = 0
@@ -232,14 +236,21 @@ class EagleContext(DeviceQuery):
         return None
 
     def forget(self, prefixes: Sequence[tuple[int, ...]]) -> None:
-        """Kept: a node's row is its own pass's (its slot and features stay), dropped it could not be asked again."""
+        """Drop the stored rows of these prefixes (device memory: a row is V floats); their slots and predicted
+        features stay, so their children cost nothing more, and a forgotten row asked again is evaluated again (a
+        new slot, the same keys, values and row)."""
+        for p in prefixes:
+            if p:
+                self.answers.pop(tuple(p), None)
 
     def _rows(self, prefixes: Sequence[tuple[int, ...]]) -> list | None:
-        """The device rows ``f32[V]`` of the drafter's next-token log-probabilities after each prefix."""
+        """The device rows ``f32[V]`` of the drafter's next-token log-probabilities after each prefix (missing ones
+        evaluated, parents first; an ancestor whose row was forgotten keeps its slot and is not evaluated again)."""
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
-        need = {p[:d] for p in prefixes for d in range(1, len(p) + 1)} - set(self.answers)
+        need = {p for p in prefixes if p not in self.answers}
+        need |= {p[:d] for p in prefixes for d in range(1, len(p)) if p[:d] not in self.slot}
         while need:
-            ready = sorted(n for n in need if n[:-1] in self.answers)
+            ready = sorted(n for n in need if len(n) == 1 or n[:-1] in self.slot)
             self._step(ready)
             need.difference_update(ready)
         return [self.answers[p] for p in prefixes] or None
