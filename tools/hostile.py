@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: brwsim importable uninstalled
 sys.path.insert(0, ROOT)
+CODE = [ROOT]  # the checkout whose brwsim the cases run (--repo replaces it)
 BRWSIM = [sys.executable, "-m", "brwsim"]
 OK_EXIT = {0}
 
@@ -84,7 +85,7 @@ def _rss_bytes(pgid: int) -> int:
 
 def run(case: Case, memory_gb: float, cwd: str) -> dict:
     """Run one case in a process group of its own; watch its memory; kill the group on a hang or a blow-up."""
-    path = os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+    path = os.pathsep.join([CODE[0], *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **case.env}
     t0 = time.monotonic()
     p = subprocess.Popen(
@@ -522,7 +523,7 @@ def main(argv=None) -> int:
     if args.cases is None and args.minutes is None:
         args.cases = 4 * len(names)
     if args.repo:
-        os.environ["PYTHONPATH"] = os.path.abspath(args.repo) + os.pathsep + os.environ.get("PYTHONPATH", "")
+        CODE[0] = os.path.abspath(args.repo)
         os.chdir(args.repo)
     rng = random.Random(args.seed)
     counts: dict[str, Counter] = {c: Counter() for c in names}
