@@ -49,7 +49,7 @@ HEARTBEAT_S = 10  # a process that sends no heartbeat for this long is dead (JAX
 JOIN_S = 120  # how long a process waits for all the others to join
 FAULT_EXIT = _supervise.FAULT_EXIT
 ALIVE_KEY = "brwsim/alive/{}"  # each process's heartbeat counter in the coordination service's key-value store
-DONE = "done"  # the value a process leaves as its counter when it has finished (PeerWatch.stop): not a stopped peer
+DONE = "done"  # the counter a process leaves when its command succeeded (PeerWatch.finish): not a stopped peer
 TEXT_FALLBACK = " (as the runtime's log names it)"  # marks a line whose process was named by the last resort
 
 
@@ -74,6 +74,7 @@ class Group:
     port_in_use: bool = False
     alone: int = 0
     channel: _supervise.Channel = dataclasses.field(default_factory=_supervise.Channel)
+    watch: PeerWatch | None = None  # this process's peer watch, once joined (runs of two or more)
 
     def run_name(self) -> str:
         """``the 2-process run``, or ``the multi-process run`` while the count is unknown."""
@@ -160,7 +161,7 @@ class PeerWatch:
         self.stale_after = max(2.0, group.heartbeat / 2)
         self.period = min(1.0, self.stale_after / 4)
         self.peers = [i for i in range(group.n) if i != group.me]
-        self._stop = threading.Event()
+        self._stop, self._done = threading.Event(), False
         self._thread = threading.Thread(target=self._loop, name="brwsim-peer-watch", daemon=True)
 
     def start(self) -> PeerWatch:
@@ -168,17 +169,19 @@ class PeerWatch:
         atexit.register(self.stop)  # before JAX's own shutdown of the client (atexit runs the last first)
         return self
 
+    def finish(self) -> None:
+        """This process's command succeeded: stop beating, and the watch thread's last write is :data:`DONE` as
+        this process's counter, so the processes still running never read it as one that stopped sending
+        heartbeats. Only on success: a process that failed, even in Python with a clean exit, keeps its last
+        counter, which its peers then see stop."""
+        self._done = True
+        self.stop()
+
     def stop(self) -> None:
-        """Stop beating and write :data:`DONE` as this process's counter: a peer that ended its work is not read
-        as one that stopped sending heartbeats by the processes still running."""
-        if self._stop.is_set():
-            return
+        """Stop the watch (at exit, whatever happened; the thread is a daemon, so a write the service never
+        answers cannot hold the interpreter's exit)."""
         self._stop.set()
         self._thread.join(timeout=5)
-        try:
-            self.client.key_value_set(ALIVE_KEY.format(self.group.me), DONE, allow_overwrite=True)
-        except Exception:  # noqa: BLE001 - the service is already gone: nobody is left to read it
-            pass
 
     def _read(self, i: int) -> str | None:
         try:
@@ -202,6 +205,11 @@ class PeerWatch:
             if stale != told:
                 tell("stale", stale)
                 told = stale
+        if self._done:  # written here, after the last beat, so no beat in flight can overwrite it
+            try:
+                self.client.key_value_set(ALIVE_KEY.format(self.group.me), DONE, allow_overwrite=True)
+            except Exception:  # noqa: BLE001 - the service is already gone: nobody is left to read it
+                pass
 
 
 def _failed_process(message: str) -> str:
@@ -353,7 +361,13 @@ def _join(group: Group, auto: bool, num_processes, process_id) -> None:
     group.channel.tell("joined", f"{group.n} {group.me}")
     client = _client()
     if group.n > 1 and client is not None:  # without JAX's client, a fault is named from the runtime's report
-        PeerWatch(client, group).start()
+        group.watch = PeerWatch(client, group).start()
+
+
+def succeeded() -> None:
+    """This process's command succeeded: its peer watch leaves :data:`DONE` (:meth:`PeerWatch.finish`)."""
+    if _JOINED.watch is not None:
+        _JOINED.watch.finish()
 
 
 def _join_failed(e: Exception, auto: bool, coordinator, timeout: int, group: Group) -> BrwsimError:

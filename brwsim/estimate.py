@@ -59,8 +59,49 @@ MAX_SEED = 2**32 - 1  # a run key holds 32 bits of the seed
 
 
 def _progress(total: int, desc: str, enabled: bool | None):
-    disable = (not sys.stderr.isatty()) if enabled is None else (not enabled)
-    return tqdm(total=total, desc=desc, unit="tree", disable=disable, file=sys.stderr, leave=False)
+    """A bar on a terminal; without one (``enabled`` None), :class:`_SlowLines`; nothing when ``enabled`` is False."""
+    if enabled is None and not sys.stderr.isatty():
+        return _SlowLines(total, desc)
+    return tqdm(total=total, desc=desc, unit="tree", disable=enabled is False, file=sys.stderr, leave=False)
+
+
+class _SlowLines:
+    """Progress where stderr is not a terminal (a log, a pipe, a batch job): nothing for a run that ends within
+    :attr:`FIRST` seconds; after that one line every :attr:`EVERY` seconds, ``brwsim: progress: ...``, with the
+    trees done and the time left at the rate since the first finished batch (an estimate: that batch holds the
+    compilation, and a resumed run's trees were done before)."""
+
+    FIRST, EVERY = 30.0, 60.0
+
+    def __init__(self, total: int, desc: str):
+        self.total, self.desc, self.n = total, desc, 0
+        self.t0 = time.monotonic()
+        self.next, self.first = self.t0 + self.FIRST, None  # (time, trees) at the first update
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, k: int) -> None:
+        self.n += int(k)
+        now = time.monotonic()
+        if self.first is None:
+            self.first = (now, self.n)
+            return
+        if now < self.next or self.n >= self.total:
+            return
+        self.next = now + self.EVERY
+        (t1, n1), left = self.first, ""
+        if self.n > n1 and now > t1:
+            left = f"; about {_duration((self.total - self.n) * (now - t1) / (self.n - n1))} left (estimate)"
+        print(f"brwsim: progress: {self.desc}: {self.n:,} of {self.total:,} trees after "
+              f"{_duration(now - self.t0)}{left}", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
 def _largest_P(law: Law, budget: float) -> int:

@@ -339,9 +339,15 @@ def main(argv=None) -> dict:
         if got is not None:
             points += got
     if not points:  # keep the rows already written rather than replace them with an empty table
-        raise SystemExit(f"end_to_end: nothing measured: no prompt finished within --budget-seconds and none is "
-                         f"cached for this code's loop (version {params['loop']}); the results were not written; "
-                         f"give more --budget-seconds")  # fmt: skip
+        why = (
+            (
+                "no prompt finished within --budget-seconds and none is cached for this code's loop (version "
+                f"{params['loop']}): give more --budget-seconds"
+            )
+            if tables
+            else "the planner has no rows to predict"
+        )
+        ap.error(f"nothing measured ({why}); the results already written were kept")  # fmt: skip
     return report(params, points, tables)
 
 

@@ -98,6 +98,18 @@ def test_the_peer_watch_tells_the_peers_whose_counters_stopped_and_not_those_tha
         assert store.kv[P.ALIVE_KEY.format(1)].isdigit()  # its own counter beats
     finally:
         stop.set()
-        watch.stop()
+        watch.finish()
         feeder.join()
-    assert store.kv[P.ALIVE_KEY.format(1)] == P.DONE  # stopped: it leaves 'done', not a counter that stopped
+    assert store.kv[P.ALIVE_KEY.format(1)] == P.DONE  # its command succeeded: 'done', not a counter that stopped
+
+
+def test_a_watch_stopped_without_success_leaves_its_counter():
+    # a process that failed (even in Python, exiting cleanly) must be seen to stop by its peers: no 'done'
+    store, told = _Store(), _Told()
+    group = dataclasses.replace(P.Group(n=2, me=1, heartbeat=4, joined=True), channel=told)
+    watch = P.PeerWatch(store, group).start()
+    end = time.monotonic() + 30
+    while P.ALIVE_KEY.format(1) not in store.kv and time.monotonic() < end:
+        time.sleep(0.05)
+    watch.stop()
+    assert store.kv[P.ALIVE_KEY.format(1)].isdigit()

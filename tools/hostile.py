@@ -6,7 +6,9 @@ equal to the enumerated value and every rigorous bound at or above it), ``refuse
 the finished work on stdout, one line on stderr). Anything else is a finding, counted by kind:
 
 - ``traceback``: a Python traceback, or an exit code that is none of the above;
-- ``hang``: no exit within the case's time limit (the process group is killed);
+- ``hang``: no exit within the case's time limit (the process group is killed) and no progress line with an
+  estimate of the time left in the last 90 seconds (such a run is ``slow``: valid, heavy, and telling the user how
+  long it will take; counted, not a finding);
 - ``blowup``: resident memory past ``--memory-gb`` (the process group is killed);
 - ``wrong``: exit 0 with a number that contradicts an exact answer or a rigorous bound;
 - ``false_refusal``: a request known to be valid and cheap refused;
@@ -92,7 +94,7 @@ def run(case: Case, memory_gb: float, cwd: str) -> dict:
         BRWSIM + case.argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL, start_new_session=True, text=True, errors="replace",
     )  # fmt: skip
-    state = {"peak": 0, "killed": None}
+    state = {"peak": 0, "killed": None, "progress_at": None}
 
     def watch():
         sent = False
@@ -112,13 +114,26 @@ def run(case: Case, memory_gb: float, cwd: str) -> dict:
                 sent = True
             time.sleep(0.1)
 
+    err_lines: list[str] = []
+
+    def read_err():  # line by line, to note when the run last said how long it has left
+        for line in p.stderr:
+            err_lines.append(line)
+            if line.startswith(PROGRESS) and "left (estimate)" in line:
+                state["progress_at"] = time.monotonic() - t0
+
     w = threading.Thread(target=watch, daemon=True)
+    e = threading.Thread(target=read_err, daemon=True)
     w.start()
+    e.start()
     try:
-        out, err = p.communicate()
+        out = p.stdout.read()
+        p.wait()
     finally:
         _kill(p.pid)
         w.join(5)
+        e.join(5)
+    err = "".join(err_lines)
     return {"code": p.returncode, "out": out, "err": err, "seconds": time.monotonic() - t0, **state}
 
 
@@ -136,11 +151,16 @@ def _strict_json(text: str):
     return json.loads(text, parse_constant=bad)
 
 
+PROGRESS = "brwsim: progress: "  # a long run's progress lines on stderr (not noise)
+
+
 def judge(case: Case, r: dict) -> str:
     """The outcome's kind (see the module's docstring)."""
+    if r["killed"] == "hang" and r.get("progress_at") is not None and r["seconds"] - r["progress_at"] < 90:
+        return "slow"
     if r["killed"]:
         return r["killed"]
-    err_lines = [x for x in r["err"].splitlines() if x.strip()]
+    err_lines = [x for x in r["err"].splitlines() if x.strip() and not x.startswith(PROGRESS)]
     if "Traceback (most recent call last)" in r["err"]:
         return "traceback"
     if case.send:

@@ -81,7 +81,7 @@ def print_plan(tables: list[SpeedupTable], out=None) -> None:
         near = ", ".join(str(p) for p in t.near_best())
         print(
             f"best {t.best_text()}: speedup {b.speedup:.3f} +- {b.speedup_ci95:.3f} (estimate); "
-            f"budgets within the 95% CI of the best: {near}",
+            f"budgets whose 95% CI reaches the best's: {near}",
             file=out,
         )
         print(t.recommended_text(), file=out)

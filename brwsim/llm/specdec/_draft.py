@@ -136,7 +136,8 @@ class HeadChain(DeviceQuery):
 
     def _rows(self, prefixes) -> list | None:
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
-        need = {p[:d] for p in prefixes for d in range(1, len(p) + 1)} - set(self.answers) - set(self.slot)
+        need = {p for p in prefixes if p not in self.answers}  # a forgotten row asked again: evaluated again
+        need |= {p[:d] for p in prefixes for d in range(1, len(p)) if p[:d] not in self.slot}
         while need:
             ready = sorted(v for v in need if v[:-1] in self.feat)
             self._step(ready)

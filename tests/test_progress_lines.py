@@ -1,0 +1,31 @@
+"""Progress without a terminal: nothing for a short run, then lines with the trees done and an estimate of the
+time left, from the rate after the first finished batch."""
+
+from __future__ import annotations
+
+from brwsim import estimate
+
+
+def test_a_run_without_a_terminal_reports_trees_and_time_left(monkeypatch, capsys):
+    clock = iter([0.0, 5.0, 40.0, 70.0, 185.0, 210.0])  # __init__, then one reading per update
+    monkeypatch.setattr(estimate.time, "monotonic", lambda: next(clock))
+    bar = estimate._SlowLines(100, "dirichlet P=256")
+    bar.update(10)  # t = 5: the first batch (its compilation inside): the rate starts here
+    bar.update(10)  # t = 40: past FIRST (30 s): 20 of 100, 10 trees in 35 s -> 80 trees in 280 s, 4.7 min
+    bar.update(10)  # t = 70: within EVERY (60 s) of the last line: nothing
+    bar.update(10)  # t = 185: 40 of 100, 30 trees in 180 s -> 60 trees in 360 s
+    bar.update(60)  # t = 210: done: no line
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "brwsim: progress: dirichlet P=256: 20 of 100 trees after 40 s; about 5 min left (estimate)",
+        "brwsim: progress: dirichlet P=256: 40 of 100 trees after 3 min; about 6 min left (estimate)",
+    ]
+
+
+def test_a_short_run_prints_nothing(monkeypatch, capsys):
+    clock = iter([0.0, 1.0, 2.0, 29.0])
+    monkeypatch.setattr(estimate.time, "monotonic", lambda: next(clock))
+    bar = estimate._SlowLines(30, "fixed P=4")
+    for _ in range(3):
+        bar.update(10)
+    assert capsys.readouterr().err == ""
