@@ -21,7 +21,8 @@ class SimulateOptions:
     ``law``: a SPEC string or a law object; ``P``: one budget or several;
     ``trees``, ``seed``; ``batch`` (trees per jitted step, None: planned);
     ``check`` (the sampled-continuation check at the largest P); ``bounds``;
-    ``progress`` (None: a bar when stderr is a terminal); ``drafter`` and
+    ``progress`` (None: a bar when stderr is a terminal, else a line a minute
+    once the run has taken 30 s, on process 0 only); ``drafter`` and
     ``draft_law`` (None: the oracle); ``devices``; ``keep_values``;
     ``checkpoint`` (a directory, or None); ``round_trees`` (None: the
     largest round); ``kernel`` (auto|jax|native).

@@ -58,11 +58,17 @@ MAX_TREES = 2**32 - 1  # tree indices are uint32 words folded into the key
 MAX_SEED = 2**32 - 1  # a run key holds 32 bits of the seed
 
 
-def _progress(total: int, desc: str, enabled: bool | None):
-    """A bar on a terminal; without one (``enabled`` None), :class:`_SlowLines`; nothing when ``enabled`` is False."""
+def _progress(total: int, desc: str, enabled: bool | None, initial: int = 0):
+    """A bar on a terminal; without one (``enabled`` None), :class:`_SlowLines`; nothing when ``enabled`` is False,
+    and nothing by default on a process other than 0 of a multi-process run (process 0 reports the run).
+    ``initial``: trees already done (a resumed run's)."""
+    if enabled is None and not processes.is_main():
+        enabled = False
     if enabled is None and not sys.stderr.isatty():
-        return _SlowLines(total, desc)
-    return tqdm(total=total, desc=desc, unit="tree", disable=enabled is False, file=sys.stderr, leave=False)
+        return _SlowLines(total, desc, initial)
+    bar = tqdm(total=total, desc=desc, unit="tree", disable=enabled is False, file=sys.stderr, leave=False)
+    bar.update(initial)
+    return bar
 
 
 class _SlowLines:
@@ -73,10 +79,10 @@ class _SlowLines:
 
     FIRST, EVERY = 30.0, 60.0
 
-    def __init__(self, total: int, desc: str):
-        self.total, self.desc, self.n = total, desc, 0
+    def __init__(self, total: int, desc: str, initial: int = 0):
+        self.total, self.desc, self.n = total, desc, int(initial)
         self.t0 = time.monotonic()
-        self.next, self.first = self.t0 + self.FIRST, None  # (time, trees) at the first update
+        self.next, self.first = self.t0 + self.FIRST, None  # (time, trees) at the first finished batch
 
     def __enter__(self):
         return self
@@ -245,8 +251,8 @@ def _collect(sums: _Sums, run: Run) -> None:
         processes.note_finished(resume.finished_text(sums, run))
         seg = min(RunningStat.BLOCK, run.round_trees, max(1, -(-trees // n)))
         total = trees * (1 if run.d.nested else len(run.P_list))
-        with _progress(total, f"{run.d.text} P={run.P_list[-1]}", run.options.progress) as bar:
-            bar.update(first * (1 if run.d.nested else len(run.P_list)))
+        done = first * (1 if run.d.nested else len(run.P_list))
+        with _progress(total, f"{run.d.text} P={run.P_list[-1]}", run.options.progress, done) as bar:
             for start in range(first, trees, seg * n):
                 lo = min(trees, start + r * seg)
                 hi = min(trees, lo + seg)

@@ -295,7 +295,9 @@ def test_the_progress_bar():
     assert not bar.disable and (bar.total, bar.desc, bar.unit, bar.leave) == (7, "oracle P=3", "tree", False)
     bar.close()
     assert est._progress(7, "x", False).disable
-    assert est._progress(7, "x", None).disable  # stderr is not a terminal under pytest
+    lines = est._progress(7, "x", None)  # stderr is not a terminal under pytest: lines once the run is slow
+    assert isinstance(lines, est._SlowLines) and (lines.total, lines.n) == (7, 0)
+    assert est._progress(7, "x", None, initial=3).n == 3  # a resumed run's trees are counted, not timed
 
 
 def test_the_progress_bar_shows_by_default_on_a_terminal(monkeypatch):

@@ -156,7 +156,8 @@ PROGRESS = "brwsim: progress: "  # a long run's progress lines on stderr (not no
 
 def judge(case: Case, r: dict) -> str:
     """The outcome's kind (see the module's docstring)."""
-    if r["killed"] == "hang" and r.get("progress_at") is not None and r["seconds"] - r["progress_at"] < 90:
+    slow = r.get("progress_at") is not None and r["seconds"] - r["progress_at"] < 90
+    if r["killed"] == "hang" and slow and not case.send and case.expect != "invalid":  # a signal or a refusal due
         return "slow"
     if r["killed"]:
         return r["killed"]
