@@ -39,7 +39,7 @@ from . import _resume as resume
 from ._checkpoint import Checkpoint
 from ._devices import available_memory, default_devices, resolve_devices
 from ._keys import Stream, tree_keys
-from ._lowering import with_unrolled_threefry
+from ._lowering import unrolled_threefry, with_unrolled_threefry
 from ._memory import HOST_BYTES_PER_NODE, MEMORY_FRACTION, SPINE_DRAWS_MAX, check_spine, tree_bytes
 from ._options import SimulateOptions
 from ._stats import RunningStat
@@ -393,9 +393,49 @@ def simulate(
     )
 
 
+HEAVY_VARIATES = 10**10  # a drawn-law run with more node variates than this says first how long it will take
+
+
+def _announce_heavy(run: Run) -> None:
+    """Before a drawn law's heavy run (about trees x (P + 1) node rows of V variates, more than
+    :data:`HEAVY_VARIATES`): one progress line with the time its node draws alone will take, from one node row
+    drawn and timed here (compiled first, then timed), on process 0 where progress is not turned off: a lower
+    estimate (the search and the kernel's own bookkeeping come on top), so that a run whose first batch of trees
+    outlasts any progress line is not silent."""
+    opts, law = run.options, run.law
+    if opts.progress is False or not processes.is_main() or law.indexed or run.dlaw is not None:
+        return
+    P, V = run.P_list[-1], int(law.vocab)
+    rows = run.trees * (P + 1)  # (a resumed run's finished trees included: an upper estimate)
+    if rows * V <= HEAVY_VARIATES:
+        return
+    from .oracle import keep_entries
+    from .oracle._native import draw_rows
+
+    K = keep_entries(P, min(V, P))
+    keys = tree_keys(jax.random.key(0), 0, 1)
+    native = str(opts.kernel).strip().lower() == "native" and isinstance(law.native_program(), NativeDrawn)
+    f = (lambda k: draw_rows(law, k, K)) if native else jax.vmap(lambda k: law.node_logp(k, law.init_state(k), K))
+    try:
+        with unrolled_threefry():
+            row = jax.jit(f).lower(keys).compile()
+            t = time.perf_counter()
+            jax.block_until_ready(row(keys))
+            t = time.perf_counter() - t
+    except Exception:  # noqa: BLE001 - only a notice: the run itself reports what goes wrong
+        return
+    print(
+        f"brwsim: progress: {run.d.text} P={P}: about {rows:,} node rows of {V:,} variates; one row drawn alone "
+        f"took {t:.2g} s here: the draws alone about {_duration(rows * t)} (a lower estimate: the search adds to it)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def simulate_with(opts: SimulateOptions) -> SimulationResult:
     """:func:`simulate` of the options ``opts``."""
     run = _prepare(opts)
+    _announce_heavy(run)
     t0 = time.perf_counter()
     sums, interrupted = _Sums(run.P_list, opts.keep_values), False
     draft = None if run.dlaw is None else _draft_info(run.key, run.d, run.law, run.dlaw)

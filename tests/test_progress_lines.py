@@ -29,3 +29,16 @@ def test_a_short_run_prints_nothing(monkeypatch, capsys):
     for _ in range(3):
         bar.update(10)
     assert capsys.readouterr().err == ""
+
+
+def test_a_heavy_drawn_law_run_first_says_how_long_its_draws_will_take(monkeypatch, capsys):
+    monkeypatch.setattr(estimate, "HEAVY_VARIATES", 1000)  # a small law made "heavy": 3 trees x 5 rows x 100
+    estimate.simulate("dirichlet:V=100,alpha=0.5", P=[4], trees=3, seed=0, bounds=False)
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("brwsim: progress: ")]
+    assert "about 15 node rows of 100 variates; one row drawn alone took " in line
+    assert line.endswith("(a lower estimate: the search adds to it)")
+    estimate.simulate("dirichlet:V=100,alpha=0.5", P=[4], trees=3, seed=0, bounds=False, progress=False)
+    estimate.simulate("fixed:probs=0.6/0.4", P=[4], trees=3, seed=0, bounds=False)  # indexed: nothing drawn
+    monkeypatch.setattr(estimate, "HEAVY_VARIATES", 1500)  # exactly at the threshold: not heavy
+    estimate.simulate("dirichlet:V=100,alpha=0.5", P=[4], trees=3, seed=0, bounds=False)
+    assert capsys.readouterr().err == ""
