@@ -3,9 +3,9 @@
     python tools/mutation_check.py [TEST FILES...]          # the hand-picked formula breaks below
     python tools/mutation_check.py clusters [--before]      # plausible mistakes vs the exact tests (CLUSTERS)
     python tools/mutation_check.py mutmut MODULE [--before]  # mutmut on one core module (docs/testing.md)
-    python tools/mutation_check.py mutmut-recheck MODULE [--unlisted]  # its survivors again, with today's tests
-    python tools/mutation_check.py mutmut-sample MODULE N [SEED]  # N random mutants not yet checked
-    python tools/mutation_check.py mutmut-counts [MODULE...]  # the scratch copies' counts, as docs/testing.md's table
+    python tools/mutation_check.py mutmut-recheck MODULE [--unlisted] [--before]  # survivors again
+    python tools/mutation_check.py mutmut-sample MODULE N [SEED] [--before]  # N random mutants not yet checked
+    python tools/mutation_check.py mutmut-counts [--before] [MODULE...]  # as docs/testing.md's table
     python tools/mutation_check.py mutmut-all [--children N] [MODULE...]  # the full run, resumable (below)
 
 MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
@@ -179,7 +179,8 @@ MODULES = {
         ["tests/test_driver_parts.py", "tests/test_estimate.py"],
     ),
     # checkpoint files: their key (the code version, the content digests), checksum, refusals and atomic writes
-    "_checkpoint": (["brwsim/_checkpoint.py"], ["tests/test_checkpoint_integrity.py"]),  # test_estimate.py fails under mutmut
+    # (not tests/test_estimate.py: it fails under mutmut's stats run)
+    "_checkpoint": (["brwsim/_checkpoint.py"], ["tests/test_checkpoint_integrity.py"]),
 }
 
 
@@ -205,17 +206,21 @@ def _scratch(module: str, before: bool) -> str:
 NOT_KILLED = (0, 2, 5, 33, 36, 24, -24, 152, 255)  # mutmut's exit codes: survived, interrupted, no tests, timeout
 
 
-def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0, unlisted: bool = False) -> int:
+def recheck_mutmut(
+    module: str, sample: int | None = None, seed: int = 0, unlisted: bool = False, before: bool = False
+) -> int:
     """Re-run the survivors, timeouts and mutants no test reached of an earlier ``mutmut MODULE`` with today's tests
     (the mutants that run never got to stay unchecked); ``unlisted``: only those docs/mutants.md does not list as
     equivalent (the ones new tests were written for).
 
     ``sample``: instead, run a uniform random sample (``seed``) of that many of the mutants never checked (the
     rest stay unchecked, earlier results stand); the names go to ``sample.txt`` in the scratch copy.
+    ``before``: the scratch copy of ``mutmut MODULE --before`` (the module's own test files) instead.
     """
-    dst = _scratch(module, False)
+    dst = _scratch(module, before)
     _sync(dst)
-    for t in EXACT:  # (an exact test file newer than the scratch copy is copied but not selected)
+    tests = MODULES[module][1] if before else EXACT
+    for t in tests:  # (an exact test file newer than the scratch copy is copied but not selected)
         for d in (dst, os.path.join(dst, "mutants")):
             shutil.copy(os.path.join(SRC, t), os.path.join(d, t))
     rerun, unchecked = [], []
@@ -241,7 +246,7 @@ def recheck_mutmut(module: str, sample: int | None = None, seed: int = 0, unlist
         print(f"{module}: {len(rerun)} survivors, timeouts and mutants no test reached, again")
     if not names:
         return 0
-    return _mutmut_in(dst, module, EXACT, time.time(), names)
+    return _mutmut_in(dst, module, tests, time.time(), names)
 
 
 MUTANTS_DOC = os.path.join(SRC, "docs", "mutants.md")
@@ -277,13 +282,13 @@ def _in(listed: dict, name: str) -> bool:
     return any(f == fn and int(n) in nums and o in (None, cls, mod, mod.lstrip("_")) for (o, f), nums in listed.items())
 
 
-def mutmut_counts(module: str) -> str:
+def mutmut_counts(module: str, before: bool = False) -> str:
     """One row of docs/testing.md's table from a scratch copy: the mutants run in full, a random sample of the rest
     (``sample.txt``), survivors listed in docs/mutants.md as equivalent / killed later (by hand) / obsolete; the
     whole-module score as a ratio estimate with the sample's Clopper-Pearson 95% interval."""
     from scipy.stats import beta
 
-    dst = _scratch(module, False)
+    dst = _scratch(module, before)
     codes: dict = {}
     for meta in glob.glob(os.path.join(dst, "mutants", "**", "*.meta"), recursive=True):
         codes.update(json.load(open(meta))["exit_code_by_key"])
@@ -424,13 +429,15 @@ def main() -> int:
         print(__doc__)
         return 0
     if sys.argv[1:2] == ["mutmut-recheck"]:
-        return recheck_mutmut(sys.argv[2], unlisted="--unlisted" in sys.argv[3:])
-    if sys.argv[1:2] == ["mutmut-counts"]:
-        for m in sys.argv[2:] or [m for m in MODULES if os.path.isdir(_scratch(m, False))]:
-            print(mutmut_counts(m))
+        return recheck_mutmut(sys.argv[2], unlisted="--unlisted" in sys.argv[3:], before="--before" in sys.argv[3:])
+    before = "--before" in sys.argv[2:]
+    args = [a for a in sys.argv[2:] if a != "--before"]
+    if sys.argv[1:2] == ["mutmut-counts"]:  # [--before] [MODULE...]
+        for m in args or [m for m in MODULES if os.path.isdir(_scratch(m, before))]:
+            print(mutmut_counts(m, before))
         return 0
-    if sys.argv[1:2] == ["mutmut-sample"]:  # MODULE N [SEED]
-        return recheck_mutmut(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if sys.argv[4:] else 0)
+    if sys.argv[1:2] == ["mutmut-sample"]:  # MODULE N [SEED] [--before]
+        return recheck_mutmut(args[0], int(args[1]), int(args[2]) if args[2:] else 0, before=before)
     if sys.argv[1:2] == ["mutmut-all"]:  # [--children N] [MODULE...]
         args, children = sys.argv[2:], 1
         if args[:1] == ["--children"]:
