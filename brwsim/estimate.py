@@ -47,7 +47,8 @@ from ._sums import Sums as _Sums
 from .drafters import Oracle, draft_stats, drafter_batches, parse_draft_law, parse_drafter
 from .errors import BrwsimError, check_P_list, check_positive_int
 from .laws import Law, NativeDrawn, parse_law
-from .oracle import clear_caches, default_batch, kernel_choice, oracle_batch  # noqa: F401 - default_batch: see plan_batch
+from .oracle import clear_caches, default_batch, keep_entries, kernel_choice, oracle_batch  # noqa: F401 - default_batch: see plan_batch
+from .oracle._native import draw_rows
 from .results import PResult, SimulationResult
 from .spine import law_curves
 from .theory import Bounds, bounds_from_curves, moments
@@ -409,9 +410,8 @@ def _announce_heavy(run: Run) -> None:
     rows = run.trees * (P + 1)  # (a resumed run's finished trees included: an upper estimate)
     if rows * V <= HEAVY_VARIATES:
         return
-    from .oracle import keep_entries
-    from .oracle._native import draw_rows
-
+    devs = resolve_devices(default_devices() if opts.devices is None else opts.devices)
+    plan_batch(law, P, min(run.trees, run.round_trees), run.batch, devs)  # a run too large is refused first
     K = keep_entries(P, min(V, P))
     keys = tree_keys(jax.random.key(0), 0, 1)
     native = str(opts.kernel).strip().lower() == "native" and isinstance(law.native_program(), NativeDrawn)
