@@ -312,8 +312,7 @@ def _prepare(opts: SimulateOptions) -> Run:
     if not isinstance(d, Oracle):
         dlaw = parse_draft_law(opts.draft_law)
         dlaw.check(law_obj)
-    native = str(opts.kernel).strip().lower() == "native"
-    if opts.check and native and isinstance(law_obj.native_program(), NativeDrawn):
+    if opts.check and _draws_natively(opts, law_obj):
         # the check redraws each node with the JAX kernel's law stream; the native sampler's rows are another stream
         raise BrwsimError("--check re-samples the JAX kernel's node draws, which --kernel native does not make for "
                           f"{opts.law}: use --kernel jax or auto with --check")  # fmt: skip
@@ -394,6 +393,11 @@ def simulate(
     )
 
 
+def _draws_natively(opts: SimulateOptions, law: Law) -> bool:
+    """Whether the run draws a drawn law's nodes with the native sampler (its own stream): asked by name only."""
+    return str(opts.kernel).strip().lower() == "native" and isinstance(law.native_program(), NativeDrawn)
+
+
 HEAVY_VARIATES = 10**10  # a drawn-law run with more node variates than this says first how long it will take
 
 
@@ -414,7 +418,7 @@ def _announce_heavy(run: Run) -> None:
     plan_batch(law, P, min(run.trees, run.round_trees), run.batch, devs)  # a run too large is refused first
     K = keep_entries(P, min(V, P))
     keys = tree_keys(jax.random.key(0), 0, 1)
-    native = str(opts.kernel).strip().lower() == "native" and isinstance(law.native_program(), NativeDrawn)
+    native = _draws_natively(opts, law)
     f = (lambda k: draw_rows(law, k, K)) if native else jax.vmap(lambda k: law.node_logp(k, law.init_state(k), K))
     try:
         with unrolled_threefry():

@@ -68,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     with interrupts.installed():  # SIGTERM and SIGHUP stop a command as Ctrl-C does
         code = _run(args)
-        if code == 0 and interrupts.received() is None:
-            processes.succeeded()  # its peers do not read its ended heartbeats as a fault
-        if interrupts.received() is not None:
+        if interrupts.received() is None:
+            if code == 0:
+                processes.succeeded()  # its peers do not read its ended heartbeats as a fault
+        else:
             code = interrupts.exit_status() if code in (0, 130) else code  # never 0 after a signal
             if processes.several() and not interrupts.agreed():
                 # this process stopped alone: JAX's exit would wait for the others, which wait for it; they

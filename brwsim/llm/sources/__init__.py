@@ -28,7 +28,7 @@ from ._file import FILE_FORMAT, FileSource, Recorder, save_logits
 from ._models import MODELS, cache_dir, check_model, converted, load_source
 from ._prompts import SOURCES as PROMPT_SETS
 from ._prompts import Prompt, load_prompts
-from ._query import DeviceQuery, HostQuery, NodeAnswer, NodeQuery, Transfer, answer_rows
+from ._query import DeviceQuery, HostQuery, NodeAnswer, NodeQuery, Transfer, answer_rows, to_evaluate
 from ._temperature import TempSource, check_temperature, temper
 
 __all__ = [
@@ -62,4 +62,5 @@ __all__ = [
     "load_source",
     "save_logits",
     "temper",
+    "to_evaluate",
 ]

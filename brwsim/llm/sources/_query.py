@@ -129,6 +129,14 @@ def to_host(t, moved: Transfer, nodes: int = 0) -> np.ndarray:
     return a
 
 
+def to_evaluate(prefixes, answers, slots) -> set:
+    """The nodes a context with a slot per evaluated node must evaluate to answer ``prefixes``: each prefix whose row
+    it does not hold (a forgotten row is evaluated again) and each ancestor with no slot yet (a forgotten
+    ancestor keeps its slot: its children need nothing more of it)."""
+    need = {p for p in prefixes if p not in answers}
+    return need | {p[:d] for p in prefixes for d in range(1, len(p)) if p[:d] not in slots}
+
+
 class DeviceQuery:
     """For a class whose rows are tensors on the model's device: :meth:`_rows` gives the rows of some prefixes
     (the missing ones evaluated first), ``vocab`` is their length and ``moved`` the :class:`Transfer` that counts

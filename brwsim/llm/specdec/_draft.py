@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from ..drafters import DraftView, Proposer, topq_nodes
 from ..drafters._report import fixed_builder
-from ..sources import DeviceQuery, Transfer, _packed
+from ..sources import DeviceQuery, Transfer, _packed, to_evaluate
 from ..sources._device import _torch
 
 SEARCH_BATCH = 4  # rows per best-first step, as experiments/real_drafters.py measures (its ``batch``)
@@ -136,8 +136,7 @@ class HeadChain(DeviceQuery):
 
     def _rows(self, prefixes) -> list | None:
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
-        need = {p for p in prefixes if p not in self.answers}  # a forgotten row asked again: evaluated again
-        need |= {p[:d] for p in prefixes for d in range(1, len(p)) if p[:d] not in self.slot}
+        need = to_evaluate(prefixes, self.answers, self.slot)
         while need:
             ready = sorted(v for v in need if v[:-1] in self.feat)
             self._step(ready)

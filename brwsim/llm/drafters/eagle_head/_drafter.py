@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from ....errors import BrwsimError
-from ...sources import DeviceQuery, NodeQuery, Transfer, _packed, rounds
+from ...sources import DeviceQuery, NodeQuery, Transfer, _packed, rounds, to_evaluate
 from ...sources._device import to_numpy
 from .._base import DraftModel, PassFootprint
 from .._hf import model_footprint
@@ -247,8 +247,7 @@ class EagleContext(DeviceQuery):
         """The device rows ``f32[V]`` of the drafter's next-token log-probabilities after each prefix (missing ones
         evaluated, parents first; an ancestor whose row was forgotten keeps its slot and is not evaluated again)."""
         prefixes = [tuple(int(t) for t in p) for p in prefixes]
-        need = {p for p in prefixes if p not in self.answers}
-        need |= {p[:d] for p in prefixes for d in range(1, len(p)) if p[:d] not in self.slot}
+        need = to_evaluate(prefixes, self.answers, self.slot)
         while need:
             ready = sorted(n for n in need if len(n) == 1 or n[:-1] in self.slot)
             self._step(ready)
