@@ -181,6 +181,13 @@ MODULES = {
     # checkpoint files: their key (the code version, the content digests), checksum, refusals and atomic writes
     # (not tests/test_estimate.py: it fails under mutmut's stats run)
     "_checkpoint": (["brwsim/_checkpoint.py"], ["tests/test_checkpoint_integrity.py"]),
+    # a worker's launcher (fork, stderr passed on, the fault's one line): its tests in-process (mutmut only runs
+    # the tests whose calls reach the mutated function in the test process; test_signals.py's subprocess tests
+    # run once, in the stats run); tests/test_processes.py is left out: it starts processes only
+    "_supervise": (
+        ["brwsim/_supervise.py"],
+        ["tests/test_supervise.py", "tests/test_peer_faults.py", "tests/test_signals.py"],
+    ),
 }
 
 
