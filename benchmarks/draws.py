@@ -9,10 +9,11 @@ normalisation, then its top-K. For each law, V and P this prints, one core pinne
 XLA's included, on one CPU; interleaved rounds so other load hits every side alike):
 
 - one row per kernel (``kernel``: ``jax``, and ``native`` where the law declares it: dirichlet, logitnormal, zipf,
-  temp of them; a Markov law only ``jax``): ``ns_per_node``, the oracle's time per node, and ``ns_per_variate`` =
+  temp of them, a Markov law of them): ``ns_per_node``, the oracle's time per node, and ``ns_per_variate`` =
   ns_per_node / V;
 - ``draw_ns_per_node``: that kernel's node draws alone (the law's K sorted entries from a node key, batched as in
-  the kernel: the JAX law's ``node_logp``, or the native kernel's ``draw_rows``);
+  the kernel: the JAX law's ``node_logp``, or the native kernel's ``draw_rows``; a Markov law: its root's, whose
+  state here is always the initial one);
 - ``floor_ns_per_variate``: the same generator (threefry-2x32, the unrolled lowering the kernel compiles with)
   producing V uniform 32-bit variates per node and nothing else, in one jitted call: what the random numbers
   themselves cost here; ``ratio_to_floor`` = ns_per_variate / floor_ns_per_variate;
@@ -87,7 +88,10 @@ def draws_side(law, P: int, kernel: str = "jax") -> _Side:
     n = _nodes(law.vocab)
     keys = tree_keys(jax.random.key(1), 0, n)
     if kernel == "native":
-        draw = jax.jit(lambda k: _native.draw_rows(law, k, K))
+        root = law
+        if not law.is_iid:  # a Markov law's root: the law of its initial state (one state here)
+            root = law.sub_laws()[int(np.argmax(law.initial_probs()))]
+        draw = jax.jit(lambda k: _native.draw_rows(root, k, K))
     else:
         draw = jax.jit(jax.vmap(lambda k: law.node_logp(k, law.init_state(k), K)))
     with unrolled_threefry():

@@ -39,16 +39,16 @@ from . import _resume as resume
 from ._checkpoint import Checkpoint
 from ._devices import available_memory, default_devices, resolve_devices
 from ._keys import Stream, tree_keys
-from ._lowering import unrolled_threefry, with_unrolled_threefry
+from ._lowering import with_unrolled_threefry
 from ._memory import HOST_BYTES_PER_NODE, MEMORY_FRACTION, SPINE_DRAWS_MAX, check_spine, tree_bytes
 from ._options import SimulateOptions
 from ._stats import RunningStat
 from ._sums import Sums as _Sums
 from .drafters import Oracle, draft_stats, drafter_batches, parse_draft_law, parse_drafter
 from .errors import BrwsimError, check_P_list, check_positive_int
-from .laws import Law, NativeDrawn, parse_law
+from .laws import Law, NativeDrawn, NativeMarkov, parse_law
 from .oracle import clear_caches, default_batch, keep_entries, kernel_choice, oracle_batch  # noqa: F401 - default_batch: see plan_batch
-from .oracle._native import draw_rows
+from .oracle._native import available as native_available
 from .results import PResult, SimulationResult
 from .spine import law_curves
 from .theory import Bounds, bounds_from_curves, moments
@@ -394,46 +394,67 @@ def simulate(
 
 
 def _draws_natively(opts: SimulateOptions, law: Law) -> bool:
-    """Whether the run draws a drawn law's nodes with the native sampler (its own stream): asked by name only."""
-    return str(opts.kernel).strip().lower() == "native" and isinstance(law.native_program(), NativeDrawn)
+    """Whether the run draws a drawn (or Markov) law's nodes with the native sampler (its own stream): asked by name
+    only."""
+    return str(opts.kernel).strip().lower() == "native" and isinstance(
+        law.native_program(), (NativeDrawn, NativeMarkov)
+    )
 
 
 HEAVY_VARIATES = 10**10  # a drawn-law run with more node variates than this says first how long it will take
 
 
+def _node_seconds(law: Law, K: int, kernel: str) -> float | None:
+    """Seconds a node of ``law`` costs the oracle of ``kernel``: one tree of one node (the root's row, the node's row
+    and their search) compiled first, then timed, halved; None if that fails (the run itself reports what goes
+    wrong)."""
+    keys = tree_keys(jax.random.key(0), 0, 1)
+    try:
+        call = jax.jit(lambda k: oracle_batch(law, k, 1, K, kernel=kernel).logP).lower(keys).compile()
+        t = time.perf_counter()
+        jax.block_until_ready(call(keys))
+        return (time.perf_counter() - t) / 2
+    except Exception:  # noqa: BLE001 - only a notice
+        return None
+
+
 def _announce_heavy(run: Run) -> None:
     """Before a drawn law's heavy run (about trees x (P + 1) node rows of V variates, more than
-    :data:`HEAVY_VARIATES`): one progress line with the time its node draws alone will take, from one node row
-    drawn and timed here (compiled first, then timed), on process 0 where progress is not turned off: a lower
-    estimate (the search and the kernel's own bookkeeping come on top), so that a run whose first batch of trees
-    outlasts any progress line is not silent."""
+    :data:`HEAVY_VARIATES`): one progress line with how long the run will take, from one node's cost timed here
+    (:func:`_node_seconds`) times the run's nodes, on process 0 where progress is not turned off; when the run uses
+    the JAX kernel and the native one can draw the law, that kernel's node is timed too and its run offered. An
+    estimate: it leaves out the search's growth with P (small beside a heavy row) and counts a resumed run's
+    finished trees. A run whose first batch of trees outlasts any progress line is thus not silent."""
     opts, law = run.options, run.law
     if opts.progress is False or not processes.is_main() or law.indexed or run.dlaw is not None:
         return
     P, V = run.P_list[-1], int(law.vocab)
-    rows = run.trees * (P + 1)  # (a resumed run's finished trees included: an upper estimate)
+    rows = run.trees * (P + 1)
     if rows * V <= HEAVY_VARIATES:
         return
     devs = resolve_devices(default_devices() if opts.devices is None else opts.devices)
     plan_batch(law, P, min(run.trees, run.round_trees), run.batch, devs)  # a run too large is refused first
-    K = keep_entries(P, min(V, P))
-    keys = tree_keys(jax.random.key(0), 0, 1)
     native = _draws_natively(opts, law)
-    f = (lambda k: draw_rows(law, k, K)) if native else jax.vmap(lambda k: law.node_logp(k, law.init_state(k), K))
-    try:
-        with unrolled_threefry():
-            row = jax.jit(f).lower(keys).compile()
-            t = time.perf_counter()
-            jax.block_until_ready(row(keys))
-            t = time.perf_counter() - t
-    except Exception:  # noqa: BLE001 - only a notice: the run itself reports what goes wrong
+    t = _node_seconds(law, keep_entries(P, min(V, P)), "native" if native else "jax")
+    if t is None:
         return
-    print(
-        f"brwsim: progress: {run.d.text} P={P}: about {rows:,} node rows of {V:,} variates; one row drawn alone "
-        f"took {t:.2g} s here: the draws alone about {_duration(rows * t)} (a lower estimate: the search adds to it)",
-        file=sys.stderr,
-        flush=True,
+    n = len(devs) if devs else 1
+    where = "one device" if n == 1 else f"{n} devices"
+    line = (
+        f"brwsim: progress: {run.d.text} P={P}: about {rows:,} nodes of {V:,} variates; one node took {t:.2g} s "
+        f"here: the run about {_duration(rows * t / n)} on {where} (estimate)"
     )
+    if (
+        not native
+        and "native" in law.kernels
+        and all(d.platform == "cpu" for d in devs or jax.local_devices()[:1])
+        and native_available()
+    ):
+        tn = _node_seconds(law, keep_entries(P, min(V, P)), "native")
+        if tn is not None and tn < t:
+            faster = _duration(rows * tn / n)
+            line += f"; --kernel native (a stream of its own, the same law): {tn:.2g} s a node, about {faster}"
+    print(line, file=sys.stderr, flush=True)
 
 
 def simulate_with(opts: SimulateOptions) -> SimulationResult:

@@ -801,10 +801,11 @@ def test_kernel_names_and_the_laws_the_native_kernel_serves():
     serves = "the native oracle kernel serves only the laws fixed, pool and the benchmark's table law"
     markov = markov_law({"states": {"a": "fixed:probs=0.5/0.5", "b": "fixed:probs=0.8/0.2"}, "initial": "a",
                          "kernel": {"a": [[0.0, 1.0], [1.0, 0.0]], "b": [[1.0, 0.0]]}})  # fmt: skip
-    assert program(markov) is None
+    assert program(markov) is None  # not the JAX kernel's trees: its states come from the native stream
     with kernel_choice("native"):
-        with pytest.raises(BrwsimError, match=serves):  # a Markov law: on the JAX kernel only
-            use_native(markov, keys, None, None)
+        assert use_native(markov, keys, None, None)  # a Markov law of fixed states: served by name
+        with pytest.raises(BrwsimError, match=serves):  # a law with no native program
+            use_native(stored_rows(TableLaw(logp=jnp.log(jnp.float32([P3])))), keys, None, None)
         assert "native" in drawn_law.kernels  # a drawn law: served by name, from a stream of its own
         with pytest.raises(BrwsimError, match=serves):  # a fixed law, but rbg keys
             use_native(fixed_law(P3), jax.random.split(jax.random.key(0, impl="rbg"), 2), None, None)

@@ -17,7 +17,7 @@ from brwsim.cli import main
 from brwsim.errors import BrwsimError
 from brwsim.laws import fixed_law, parse_law
 from brwsim.oracle import _native
-from brwsim.testing import table_law
+from brwsim.testing import stored_rows, table_law
 
 pytestmark = pytest.mark.skipif(not _native.available(), reason="no C++ compiler: the JAX kernel serves every law")
 
@@ -99,14 +99,16 @@ def test_kernel_choice():
     assert not _native.use_native(drawn, keys, "auto", None)  # auto keeps drawn laws on the JAX kernel
     assert _native.use_native(drawn, keys, "native", None)  # asked for: the native kernel's own stream
     markov = parse_law(os.path.join(ROOT, "examples", "two_state.json"))
+    assert not _native.use_native(markov, keys, "auto", None) and _native.use_native(markov, keys, "native", None)
     with pytest.raises(BrwsimError, match="serves only"):
-        _native.use_native(markov, keys, "native", None)
+        _native.use_native(stored_rows(table), keys, "native", None)
     with pytest.raises(BrwsimError, match="kernel must be one of"):
         _native.use_native(table, keys, "fast", None)
     with O.kernel_choice("jax"):
         assert not _native.use_native(table, keys, None, None)
     assert _native.use_native(table, keys, None, None)
-    assert _native.program(markov) is None and markov.kernels == ("jax",)  # Gumbel state draws stay in JAX
+    # a Markov law of drawn states: not the JAX kernel's trees (its state draws are the native stream's)
+    assert _native.program(markov) is None and markov.kernels == ("jax", "native")
 
 
 def test_simulate_same_numbers_either_kernel():
@@ -136,8 +138,16 @@ def test_cli_json_identical_and_no_compiler_fallback():
     assert len(notice) == 1 and "using the JAX kernel" in notice[0]
 
 
-def test_cli_native_on_a_markov_law_is_one_line_error(capsys):
+def test_cli_native_on_a_markov_law(capsys, tmp_path):
+    """A Markov law of drawn states runs natively when asked; one with a pool state is a one-line error."""
     law = os.path.join(ROOT, "examples", "two_state.json")
-    rc = main(["simulate", "--law", law, "--P", "4", "--trees", "4", "--kernel", "native"])
+    assert main(["simulate", "--law", law, "--P", "4", "--trees", "4", "--kernel", "native", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["law"] == law
+    pool = tmp_path / "pool.npz"
+    np.savez(pool, logp=np.log(np.array([[0.5, 0.5], [0.9, 0.1]])))
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps({"states": {"p": str(pool), "f": "fixed:probs=0.5/0.5"}, "initial": "p",
+                                 "kernel": {"p": [[0.5, 0.5]], "f": [[0.5, 0.5]]}}))  # fmt: skip
+    rc = main(["simulate", "--law", str(mixed), "--P", "4", "--trees", "4", "--kernel", "native"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "serves only" in err

@@ -146,10 +146,13 @@ SPECS = ["dirichlet:V=300,alpha=0.1", "temp:T=0.7,law=logitnormal:V=300,sigma=3"
 
 def test_same_trees_whatever_the_batch_and_devices(tmp_path):
     """Each tree is a function of its key: the same bits in any batch, and split over two devices (a process with
-    two host devices)."""
+    two host devices); a Markov law (its states from the native stream) among them."""
     keys = tree_keys(jax.random.key(2), 0, 24)
+    mix = tmp_path / "mix.json"
+    mix.write_text(json.dumps(MIX))
+    specs = [*SPECS, str(mix)]
     whole = {}
-    for spec in SPECS:
+    for spec in specs:
         law = parse_law(spec)
         t = O.oracle_batch(law, keys, 40, 40, kernel="native")
         whole[spec] = t
@@ -164,7 +167,7 @@ def test_same_trees_whatever_the_batch_and_devices(tmp_path):
         "assert len(jax.devices()) == 2\n"
         "keys = tree_keys(jax.random.key(2), 0, 24)\n"
         "res = {}\n"
-        f"for i, spec in enumerate({SPECS!r}):\n"
+        f"for i, spec in enumerate({specs!r}):\n"
         "    t = O.oracle_batch(parse_law(spec), keys, 40, 40, kernel='native', devices=jax.devices())\n"
         "    res.update({f'{i}_{f}': np.asarray(getattr(t, f)) for f in t._fields})\n"
         "np.savez(sys.argv[1], **res)\n"
@@ -173,7 +176,7 @@ def test_same_trees_whatever_the_batch_and_devices(tmp_path):
     p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     two = np.load(out)
-    for i, spec in enumerate(SPECS):
+    for i, spec in enumerate(specs):
         for f in whole[spec]._fields:
             assert np.array_equal(two[f"{i}_{f}"], np.asarray(getattr(whole[spec], f))), (spec, f)
 
@@ -219,13 +222,15 @@ def test_kernels_declared_by_the_laws(tmp_path):
         assert parse_law(spec).kernels == ("jax", "native")
     assert parse_law("temp:T=0.5,law=dirichlet:V=8,alpha=0.5").kernels == ("jax", "native")
     assert parse_law("temp:T=0.5,law=fixed:probs=0.5/0.5").kernels == ("jax",)
-    assert two_state.kernels == ("jax",)
+    assert two_state.kernels == ("jax", "native")  # a Markov law of drawn states: the native kernel's own stream
+    unserved = stored_rows(table_law(8, n_rows=4))
     keys = tree_keys(jax.random.key(0), 0, 2)
     drawn = parse_law("dirichlet:V=8,alpha=0.5")
     assert not _native.use_native(drawn, keys, "auto", None)  # auto: the JAX kernel's numbers for drawn laws
     assert _native.use_native(drawn, keys, "native", None)
+    assert not _native.use_native(two_state, keys, "auto", None) and _native.use_native(two_state, keys, "native", None)
     with pytest.raises(BrwsimError, match="^the native oracle kernel serves only the laws fixed, pool"):
-        _native.use_native(two_state, keys, "native", None)
+        _native.use_native(unserved, keys, "native", None)
     with pytest.raises(BrwsimError, match="^the native kernel draws the nodes of"):
         _native.draw_rows(two_state, keys, 4)
     # TableLaw lives in brwsim.laws (brwsim.testing re-exports it); no production module imports brwsim.testing
@@ -269,3 +274,99 @@ def test_check_refuses_the_native_sampler():
     with pytest.raises(BrwsimError, match="--check re-samples the JAX kernel's node draws"):
         brwsim.simulate("dirichlet:V=10,alpha=0.5", P=(1,), trees=4, seed=0, check=True, kernel="native",
                         bounds=False, progress=False)  # fmt: skip
+
+
+# -- Markov laws of drawn and fixed states: the states from the native kernel's own stream -----------------------
+
+MIX = {
+    "states": {
+        "z": "zipf:V=50,s=1.1,s_sd=0.5",
+        "l": "temp:T=0.7,law=logitnormal:V=80,sigma=2",
+        "f": "fixed:probs=0.7/0.2/0.1",
+    },
+    "initial": {"z": 0.5, "l": 0.3, "f": 0.2},
+    "kernel": {
+        "z": [[0.6, 0.3, 0.1], [0.1, 0.2, 0.7]],
+        "l": [[0.2, 0.7, 0.1]],
+        "f": [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]],
+    },
+}
+
+
+@pytest.mark.parametrize("cfg", ["two_state", "mix"])
+def test_markov_expected_accepted_length_native_vs_jax(cfg):
+    """E[X] at P = 8 of 400 trees of a Markov law, native vs JAX kernel (independent streams, within 4 combined
+    standard errors; the combined standard error is ~2% of E[X]). ``mix``: zipf, a tempered logit-normal and a fixed
+    law of three vocabularies, rank-dependent kernel rows, a random root state."""
+    from brwsim.laws import markov_law
+
+    law = parse_law(os.path.join(ROOT, "examples", "two_state.json")) if cfg == "two_state" else markov_law(MIX)
+    keys = tree_keys(jax.random.key(3), 0, 400)
+    _close(_values(law, keys, 8, "native"), _values(law, keys, 8, "jax"), f"{cfg} E[X]")
+
+
+def test_markov_states_follow_the_kernel():
+    """Three states with the same fixed law: the tree is deterministic, so each node's rank and parent are known and
+    its state's law is the chain's marginal along its path (initial row, then the kernel row of each step's rank).
+    Per node and state, the frequency over 4000 trees is within 4 binomial standard errors of it, for both kernels.
+    Power: the standard error is at most 0.008; reading the kernel row of another rank, or the initial row wrongly,
+    moves some marginal by >= 0.1 (12 standard errors)."""
+    from brwsim.laws import markov_law
+
+    same = "fixed:probs=0.5/0.3/0.2"
+    init = np.array([0.2, 0.5, 0.3])
+    kern = [[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]], [[0.3, 0.3, 0.4]], [[0.05, 0.9, 0.05], [0.6, 0.2, 0.2]]]
+    law = markov_law(
+        {
+            "states": {"a": same, "b": same, "c": same},
+            "initial": dict(zip("abc", init, strict=True)),
+            "kernel": dict(zip("abc", kern, strict=True)),
+        }
+    )
+    K3 = np.array([[row[min(r, len(row) - 1)] for r in range(2)] for row in kern])  # [S, R, S]
+    n, P = 4000, 12
+    keys = tree_keys(jax.random.key(6), 0, n)
+    for kernel in ("native", "jax"):
+        t = O.oracle_batch(law, keys, P, 3, kernel=kernel)
+        parent, rank, state = (np.asarray(x)[0] for x in (t.parent, t.rank, t.state))
+        assert np.all(np.asarray(t.parent) == parent) and np.all(np.asarray(t.rank) == rank)  # deterministic shape
+        marg = []
+        for i in range(P):
+            up = init if parent[i] < 0 else marg[parent[i]]
+            marg.append(up @ K3[:, min(rank[i], 1)])
+        freq = np.stack([(np.asarray(t.state) == s).mean(0) for s in range(3)], 1)  # [P, S]
+        want = np.array(marg)
+        se = np.sqrt(want * (1 - want) / n) + 1e-12
+        assert np.all(np.abs(freq - want) <= Z * se), (kernel, np.abs(freq - want) / se)
+
+
+def test_markov_exact_cases():
+    """A kernel of point masses over fixed states is a deterministic tree: the native kernel's is the JAX kernel's,
+    every field bit for bit. A Markov law of one drawn state is that law: the native trees of both are the same."""
+    from brwsim.laws import markov_law
+
+    law = markov_law(
+        {
+            "states": {"a": "fixed:probs=0.6/0.4", "b": "fixed:probs=0.9/0.05/0.05"},
+            "initial": "a",
+            "kernel": {"a": [[0, 1], [1, 0]], "b": [[1, 0]]},
+        }
+    )
+    keys = tree_keys(jax.random.key(5), 0, 6)
+    nat, ref = (O.oracle_batch(law, keys, 20, 20, kernel=k) for k in ("native", "jax"))
+    assert _same(nat, ref) == []
+    assert set(np.unique(np.asarray(nat.state))) == {0, 1}
+    one = markov_law({"states": {"d": "dirichlet:V=60,alpha=0.3"}, "initial": "d", "kernel": {"d": [[1.0]]}})
+    a = O.oracle_batch(one, keys, 20, 20, kernel="native")
+    b = O.oracle_batch(parse_law("dirichlet:V=60,alpha=0.3"), keys, 20, 20, kernel="native")
+    assert _same(a, b) == []
+
+
+def test_markov_with_a_pool_state_stays_on_the_jax_kernel(tmp_path):
+    from brwsim.laws import markov_law
+
+    pool = tmp_path / "pool.npz"
+    np.savez(pool, logp=np.log(np.array([[0.5, 0.5], [0.9, 0.1]])))
+    law = markov_law({"states": {"p": str(pool), "f": "fixed:probs=0.5/0.5"}, "initial": "p",
+                      "kernel": {"p": [[0.5, 0.5]], "f": [[0.5, 0.5]]}})  # fmt: skip
+    assert law.native_program() is None and law.kernels == ("jax",)

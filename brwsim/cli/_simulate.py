@@ -110,8 +110,8 @@ def add_parser(sub) -> None:
         default="auto",
         choices=("auto", "jax", "native"),
         help="oracle kernel: auto (default) runs native C++ on CPU for fixed, pool and table laws (the JAX "
-        "kernel's numbers bit for bit), JAX elsewhere; native also draws dirichlet, logitnormal, zipf and temp "
-        "of them (faster) from its own random stream: the same law, other numbers",
+        "kernel's numbers bit for bit), JAX elsewhere; native also draws dirichlet, logitnormal, zipf, temp "
+        "of them and Markov laws of them and fixed (faster) from its own random stream: the same law, other numbers",
     )
     s.add_argument(
         "--drafter",

@@ -743,7 +743,8 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
   }
 }
 
-// -- drawn laws (dirichlet, logitnormal, zipf, temp of them): a row of V variates per node ---------
+// -- drawn laws (dirichlet, logitnormal, zipf, temp of them; Markov laws of them and of fixed, below): a row of V
+//    variates per node ---------
 //
 // Not the JAX kernel's bits (XLA's float32 log/exp/gamma cannot be reproduced): a documented stream of its own.
 // Node keys are the JAX kernel's (child key = fold_in(parent key, 2 + rank), draw key = fold_in(node key, 0)); the
@@ -761,7 +762,7 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
 //   (w >> 1) 2^-31 + 2^-32 (radius and acceptance), [0, 1) as (w >> 8) 2^-24 (the angle). log, exp, sin and cos
 //   are float32 polynomials (Cephes), branch-free so that the loops vectorise.
 
-enum DrawKind { DRAW_DIRICHLET = 0, DRAW_LOGITNORMAL = 1, DRAW_ZIPF = 2 };
+enum DrawKind { DRAW_DIRICHLET = 0, DRAW_LOGITNORMAL = 1, DRAW_ZIPF = 2, DRAW_FIXED = 3 };  // fixed: a Markov state's
 
 constexpr int TB = 64;  // counters per vectorised threefry block
 
@@ -885,6 +886,7 @@ struct Drawn {
   double logs, s_sd;  // zipf: log s, s_sd
   float scale;        // c (dirichlet, logitnormal); zipf: the temperatures' factor
   const float* neglog;  // zipf: -log(i + 1), [V]
+  const float* fixed;   // fixed (a Markov law's state): its K largest log-probabilities, decreasing, -inf past V
 };
 
 // per-thread scratch of one row
@@ -1025,6 +1027,10 @@ static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, fl
   const int64_t V = L.V, Kr = std::min(L.K, L.V);
   float* w = rb.w.data();
   for (int64_t i = Kr; i < L.K; i++) out[i] = -INFINITY;
+  if (L.kind == DRAW_FIXED) {  // the same row at every node: no variate
+    std::memcpy(out, L.fixed, size_t(L.K) * 4);
+    return L.K;
+  }
   if (L.kind == DRAW_ZIPF) {  // already sorted: w = -log(i + 1), scaled by the node's exponent
     // normal 0 of stream 1 (as normals_block computes it), from the one counter it needs
     uint32_t kk0[LANES], kk1[LANES], c0[LANES] = {0}, c1[LANES], a[LANES], b[LANES];
@@ -1073,26 +1079,70 @@ static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, fl
   return std::min(Kr, SORTED0);
 }
 
-// the best-first search of trees [0, B) of a drawn law, one tree at a time, a heap frontier; each node's row of K
-// entries is drawn when the node is taken (the root's first)
-static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, int64_t P, const Out& out) {
+// -- Markov laws of drawn (and fixed) states: the hidden state by inverse CDF, then the state's law ------------------
+//
+// Not the JAX kernel's Gumbel draw: a stream of its own. A node's state key is the JAX kernel's (fold_in(node key, 1));
+// its uniform U in [0, 1) has 53 bits from threefry2x32 of counter (0, 4) under it ((a >> 5) 2^26 + (b >> 6), times
+// 2^-53), and the state is the first s with U < F(s), F the cumulative sum (float64) of the row's probabilities
+// exp(log p - max log p) / sum, F = 1 from the last state of positive probability on (a state of probability 0 is
+// never drawn). The root's row is `initial`, a child's of rank r the parent's state's kernel row min(r, R - 1).
+
+struct States {
+  std::vector<Drawn> laws;  // per state
+  std::vector<double> init, kern;  // cumulative rows: [S], [S, R, S]
+  int64_t S = 0, R = 0;
+};
+
+// the cumulative distribution of the float32 log-probabilities lp[0..S) into F[0..S)
+static void cumulative(const float* lp, int64_t S, double* F) {
+  double mx = -INFINITY, sum = 0.0;
+  for (int64_t i = 0; i < S; i++) mx = std::max(mx, double(lp[i]));
+  int64_t last = 0;
+  for (int64_t i = 0; i < S; i++) {
+    double p = lp[i] == -INFINITY ? 0.0 : std::exp(double(lp[i]) - mx);
+    sum += p;
+    F[i] = sum;
+    if (p > 0.0) last = i;
+  }
+  for (int64_t i = 0; i < S; i++) F[i] = i >= last ? 1.0 : F[i] / sum;
+}
+
+// the state drawn from the cumulative row F[0..S) under the node key (k0, k1)
+static inline int32_t draw_state(const double* F, int64_t S, uint32_t k0, uint32_t k1) {
+  uint32_t kk0[LANES] = {k0}, kk1[LANES] = {k1}, sk0[LANES], sk1[LANES];
+  fold_in_const(kk0, kk1, 1, sk0, sk1);
+  uint32_t c0[LANES] = {0}, c1[LANES], a[LANES], b[LANES];
+  for (int l = 0; l < LANES; l++) c1[l] = 4u;
+  threefry(sk0, sk1, c0, c1, a, b);
+  const double u = (double(a[0] >> 5) * 67108864.0 + double(b[0] >> 6)) * (1.0 / 9007199254740992.0);
+  return int32_t(std::upper_bound(F, F + S, u) - F);  // the first F(s) > u (F(S - 1) = 1 > u)
+}
+
+// the best-first search of trees [0, B) of a drawn law (mk null) or of a Markov law of drawn states (L unused), one
+// tree at a time, a heap frontier; each node's row of K entries is drawn when the node is taken (the root's first)
+static void search_drawn(const Drawn& L, const States* mk, const uint32_t* tree_keys, int64_t B, int64_t P,
+                         const Out& out) {
   const int64_t K = L.K, S = P + 1;
   const size_t ns = size_t(S);
   std::vector<float> rows(ns * size_t(K));
   std::vector<Rec> rec(ns);
   std::vector<uint64_t> hb(ns + 1);
-  RowBuf rb(L.V, K);
+  int64_t V = L.V;
+  if (mk)
+    for (const Drawn& q : mk->laws) V = std::max(V, q.V);
+  RowBuf rb(V, K);
   for (int64_t t = 0; t < B; t++) {
     uint32_t k0 = tree_keys[2 * t], k1 = tree_keys[2 * t + 1];
     Heap hp{hb.data(), 0};
     int64_t sorted_root;
+    int32_t s0 = mk ? draw_state(mk->init.data(), mk->S, k0, k1) : 0;
     {
       uint32_t dk0[LANES], dk1[LANES];
       uint32_t kk0[LANES] = {k0}, kk1[LANES] = {k1};
       fold_in_const(kk0, kk1, 0, dk0, dk1);
-      sorted_root = draw_row(L, dk0[0], dk1[0], rb, rows.data());
+      sorted_root = draw_row(mk ? mk->laws[s0] : L, dk0[0], dk1[0], rb, rows.data());
     }
-    rec[0] = Rec{0.0f, int32_t(sorted_root), 0, 0, 0, k0, k1, 0};  // Rec.row: how many row entries are sorted
+    rec[0] = Rec{0.0f, int32_t(sorted_root), 0, s0, 0, k0, k1, 0};  // Rec.row: how many row entries are sorted
     if (rows[0] != -INFINITY) hp.push(order_key(rows[0], 0));
     for (int64_t n = 1; n <= P; n++) {
       int64_t j = 0;
@@ -1116,12 +1166,15 @@ static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, i
       }
       uint32_t pk0[LANES] = {p.k0}, pk1[LANES] = {p.k1}, tag[LANES] = {2u + uint32_t(r)}, c0[LANES], c1[LANES];
       fold_in(pk0, pk1, tag, c0, c1);
+      int32_t sn = 0;
+      if (mk) sn = draw_state(mk->kern.data() + (int64_t(p.state) * mk->R + std::min<int64_t>(r, mk->R - 1)) * mk->S,
+                              mk->S, c0[0], c1[0]);
       uint32_t dk0[LANES], dk1[LANES];
       fold_in_const(c0, c1, 0, dk0, dk1);
       float* row = rows.data() + size_t(n) * K;
-      const int64_t sorted_n = draw_row(L, dk0[0], dk1[0], rb, row);
+      const int64_t sorted_n = draw_row(mk ? mk->laws[sn] : L, dk0[0], dk1[0], rb, row);
       int32_t depth = p.depth + 1;
-      rec[n] = Rec{m, int32_t(sorted_n), 0, 0, depth, c0[0], c1[0], 0};
+      rec[n] = Rec{m, int32_t(sorted_n), 0, sn, depth, c0[0], c1[0], 0};
       float c = m + row[0];
       if (c != -INFINITY) hp.push(order_key(c, uint32_t(n)));
       int64_t o = t * P + (n - 1);
@@ -1129,7 +1182,7 @@ static void search_drawn(const Drawn& L, const uint32_t* tree_keys, int64_t B, i
       out.depth[o] = depth;
       out.logp[o] = m;
       out.rank[o] = r;
-      out.state[o] = 0;
+      out.state[o] = sn;
       out.key[2 * o] = c0[0];
       out.key[2 * o + 1] = c1[0];
     }
@@ -1178,10 +1231,63 @@ ffi::Error DrawnImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys, in
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: unknown drawn law");
   Out out{parent->typed_data(), depth->typed_data(), rank->typed_data(), state->typed_data(), logp->typed_data(),
           key->typed_data()};
-  search_drawn(L, keys.typed_data(), B, P, out);
+  search_drawn(L, nullptr, keys.typed_data(), B, P, out);
   return ffi::Error::Success();
 }
 
+
+// A Markov law of drawn or fixed states: neglog [Vz] (zipf states' -log(i + 1)), fixed [F, K] (fixed states' rows),
+// log_init [S], log_kernel [S, R, S]; the attribute params [6 S] (per state: kind, V, a, b, scale, its row of `fixed`).
+ffi::Error MarkovImpl(ffi::Buffer<ffi::F32> neglog, ffi::Buffer<ffi::F32> fixed, ffi::Buffer<ffi::F32> log_init,
+                      ffi::Buffer<ffi::F32> log_kernel, ffi::Buffer<ffi::U32> keys, int64_t K,
+                      ffi::Span<const double> params, ffi::ResultBuffer<ffi::S32> parent, ffi::ResultBuffer<ffi::S32> depth,
+                      ffi::ResultBuffer<ffi::F32> logp, ffi::ResultBuffer<ffi::S32> rank,
+                      ffi::ResultBuffer<ffi::S32> state, ffi::ResultBuffer<ffi::U32> key) {
+  auto kn = log_kernel.dimensions();
+  auto fd = fixed.dimensions();
+  auto kd = keys.dimensions();
+  auto od = logp->dimensions();
+  if (params.size() % 6 != 0 || kn.size() != 3 || fd.size() != 2 || fd[1] != K || kd.size() < 1 ||
+      kd.back() != 2 || od.size() < 1 || K < 1)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: bad operand shapes");
+  States mk;
+  mk.S = int64_t(params.size() / 6);
+  mk.R = kn[1];
+  if (mk.S < 1 || mk.R < 1 || kn[0] != mk.S || kn[2] != mk.S || int64_t(log_init.element_count()) != mk.S)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: bad Markov operand shapes");
+  const double* pr = params.begin();
+  for (int64_t s = 0; s < mk.S; s++) {
+    const double* q = pr + 6 * s;
+    const int64_t kind = int64_t(q[0]), V = int64_t(q[1]), f = int64_t(q[5]);
+    Drawn L{};
+    if (V < 1) return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: bad state vocabulary");
+    if (kind == DRAW_FIXED) {
+      if (f < 0 || f >= fd[0]) return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: bad row");
+      L.kind = DRAW_FIXED;
+      L.V = V;
+      L.K = K;
+      L.fixed = fixed.typed_data() + f * K;
+    } else {
+      if (kind == DRAW_ZIPF && int64_t(neglog.element_count()) < V)
+        return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: zipf needs its -log(i) table");
+      if (!drawn_law(L, neglog, kind, V, K, q[2], q[3], q[4]))
+        return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: unknown drawn law");
+    }
+    mk.laws.push_back(L);
+  }
+  mk.init.resize(size_t(mk.S));
+  cumulative(log_init.typed_data(), mk.S, mk.init.data());
+  mk.kern.resize(size_t(mk.S * mk.R * mk.S));
+  for (int64_t i = 0; i < mk.S * mk.R; i++)
+    cumulative(log_kernel.typed_data() + i * mk.S, mk.S, mk.kern.data() + i * mk.S);
+  const int64_t P = od.back();
+  const int64_t B = int64_t(keys.element_count() / 2);
+  Drawn L0 = mk.laws[0];
+  Out out{parent->typed_data(), depth->typed_data(), rank->typed_data(), state->typed_data(), logp->typed_data(),
+          key->typed_data()};
+  search_drawn(L0, &mk, keys.typed_data(), B, P, out);
+  return ffi::Error::Success();
+}
 
 // The rows (K largest log-probabilities, decreasing) that the drawn search gives nodes with these draw keys [B, 2]:
 // the node law itself (tests, benchmarks).
@@ -1275,3 +1381,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimDrawRows, DrawRowsImpl,
                                   .Attr<double>("b")
                                   .Attr<double>("scale")
                                   .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimMarkov, MarkovImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("K")
+                                  .Attr<ffi::Span<const double>>("params")
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::U32>>());

@@ -64,6 +64,16 @@ class NativeDrawn(NamedTuple):
     scale: float = 1.0
 
 
+class NativeMarkov(NamedTuple):
+    """How the native CPU kernel draws a Markov law's nodes: each state's law (its :class:`NativeDrawn`, or
+    ``NativeDrawn("fixed", a=i)`` for a state whose row is the same at every node: row i of the fixed rows), the
+    hidden states by inverse CDF of a uniform of its own stream (not the JAX kernel's bits; the same law,
+    brwsim/data/oracle_native.cc)."""
+
+    states: tuple[NativeDrawn, ...]
+    vocabs: tuple[int, ...]
+
+
 def compose_scale(c: float, factor: float) -> float:
     """``c * factor`` as float32 with scale_logits' limits: a point mass (inf) and the uniform law (0) stay so."""
     with np.errstate(over="ignore"):
@@ -187,15 +197,16 @@ class Law:
     indexed = False
     spine_needs_rank = False  # True when a spine walk must know the rank of each step's child
 
-    def native_program(self) -> NativeIndexed | NativeDrawn | None:
-        """How the native CPU kernel serves this law (:class:`NativeIndexed`, :class:`NativeDrawn`), or None."""
+    def native_program(self) -> NativeIndexed | NativeDrawn | NativeMarkov | None:
+        """How the native CPU kernel serves this law (:class:`NativeIndexed`, :class:`NativeDrawn`,
+        :class:`NativeMarkov`), or None."""
         return None
 
     @property
     def kernels(self) -> tuple[str, ...]:
         """The oracle kernels that can serve this law, in the order ``--kernel auto`` prefers them: an indexed law
-        with a native program ``("native", "jax")`` (the same trees), a drawn one ``("jax", "native")`` (the native
-        kernel's own stream is asked for by name), any other ``("jax",)``."""
+        with a native program ``("native", "jax")`` (the same trees), a drawn or Markov one ``("jax", "native")``
+        (the native kernel's own stream is asked for by name), any other ``("jax",)``."""
         prog = self.native_program()
         if prog is None:
             return ("jax",)

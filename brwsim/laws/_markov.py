@@ -14,7 +14,17 @@ import numpy as np
 from .._registry import data_field
 from .._spec import Spec
 from ..errors import BrwsimError
-from ._base import Law, check_distribution, parse_law, pick, register, stack_laws
+from ._base import (
+    Law,
+    NativeDrawn,
+    NativeIndexed,
+    NativeMarkov,
+    check_distribution,
+    parse_law,
+    pick,
+    register,
+    stack_laws,
+)
 from ._pool import _read_file
 
 
@@ -104,6 +114,21 @@ class Markov(Law):
     @property
     def indexed(self) -> bool:  # type: ignore[override]
         return all(law.indexed for law in self.laws)
+
+    def native_program(self) -> NativeMarkov | None:
+        """Every state's law drawn natively (a drawn law, or an indexed law of one row: the same row at every node,
+        ``fixed``), the states from the native kernel's own stream; None if a state is neither (``pool``)."""
+        states, fixed = [], 0
+        for law in self.laws:
+            prog = law.native_program()
+            if isinstance(prog, NativeDrawn):
+                states.append(prog)
+            elif prog == NativeIndexed(init=0, child=0, row=0):
+                states.append(NativeDrawn("fixed", a=float(fixed)))
+                fixed += 1
+            else:
+                return None
+        return NativeMarkov(tuple(states), tuple(int(law.vocab) for law in self.laws))
 
     def row_table(self, K: int):
         return jnp.concatenate([law.row_table(K) for law in self.laws], axis=0)

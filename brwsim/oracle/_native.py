@@ -22,8 +22,10 @@ node keys; the sampler is described in oracle_native.cc), the same law but not
 the same bits, so it runs only when asked for by name (``kernel="native"``,
 ``--kernel native``) and ``auto`` keeps the JAX kernel. It keeps every node's
 ``min(K, V)`` largest entries (nothing is dropped or rerun). Each kernel gives
-the same trees whatever the batch, devices or processes. Markov laws (a Gumbel
-state draw) stay on the JAX kernel. The sampled-continuation check
+the same trees whatever the batch, devices or processes. Markov laws whose
+states are such drawn laws or ``fixed`` draw the same way, their hidden states
+too from the native stream (inverse CDF, not the JAX kernel's Gumbel draw); a
+Markov law with a ``pool`` state stays on the JAX kernel. The sampled-continuation check
 (``--check``) redraws node distributions with the JAX laws, so it belongs with
 the JAX kernel's trees.
 """
@@ -52,18 +54,19 @@ from jax.sharding import PartitionSpec
 from .._cache import user_cache_dir
 from .._devices import TREES_AXIS, mesh
 from ..errors import BrwsimError
-from ..laws import Law, NativeDrawn, NativeIndexed
+from ..laws import Law, NativeDrawn, NativeIndexed, NativeMarkov
 from ..tree import DraftTree
 
 KERNELS = ("auto", "jax", "native")
 TARGET = "brwsim_oracle_native"
 TARGET_DRAWN = "brwsim_oracle_native_drawn"
 TARGET_ROWS = "brwsim_oracle_native_rows"
+TARGET_MARKOV = "brwsim_oracle_native_markov"
 # -fno-math-errno -fno-trapping-math: the drawn sampler's sqrt and selects vectorise (IEEE results unchanged)
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared", "-fPIC")
 ROW_BYTES_MAX = 2**31  # a drawn law's rows of one tree: (P + 1) min(K, V) float32
 
-DRAW_KINDS = {"dirichlet": 0, "logitnormal": 1, "zipf": 2}  # oracle_native.cc's DrawKind
+DRAW_KINDS = {"dirichlet": 0, "logitnormal": 1, "zipf": 2, "fixed": 3}  # oracle_native.cc's DrawKind
 
 Program = NativeIndexed  # the native program of an indexed law (oracle_native.cc's InitKind, ChildKind, RowKind)
 
@@ -151,6 +154,7 @@ def _build(cxx: str):
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.BrwsimOracle), platform="cpu")
     jax.ffi.register_ffi_target(TARGET_DRAWN, jax.ffi.pycapsule(lib.BrwsimDrawn), platform="cpu")
     jax.ffi.register_ffi_target(TARGET_ROWS, jax.ffi.pycapsule(lib.BrwsimDrawRows), platform="cpu")
+    jax.ffi.register_ffi_target(TARGET_MARKOV, jax.ffi.pycapsule(lib.BrwsimMarkov), platform="cpu")
     return lib
 
 
@@ -209,13 +213,14 @@ def use_native(law: Law, tree_keys, kernel: str | None, devices) -> bool:
 
 SERVED = (
     "the laws fixed, pool and the benchmark's table law (the JAX kernel's trees) and, asked for by name, "
-    "dirichlet, logitnormal, zipf and temp of them (a stream of its own), with threefry keys"
+    "dirichlet, logitnormal, zipf, temp of them and Markov laws of them and of fixed (a stream of its own), with "
+    "threefry keys"
 )
 
 
-def _tree_call(target: str, table, tree_keys, P: int, attrs: dict):
-    """One FFI search call (``target``: the indexed or the drawn handler) on one device's batch: (tree, dropped); every
-    kept row is whole, so nothing is dropped."""
+def _tree_call(target: str, operands: tuple, tree_keys, P: int, attrs: dict):
+    """One FFI search call (``target``: the indexed, drawn or Markov handler; ``operands`` before the keys) on one
+    device's batch: (tree, dropped); every kept row is whole, so nothing is dropped."""
     kd = jax.random.key_data(tree_keys).astype(jnp.uint32)
     B = kd.shape[0]
     i32 = jnp.int32
@@ -227,7 +232,8 @@ def _tree_call(target: str, table, tree_keys, P: int, attrs: dict):
         jax.ShapeDtypeStruct((B, P), i32),
         jax.ShapeDtypeStruct((B, P, 2), jnp.uint32),
     )
-    parent, depth, logp, rank, state, key = jax.ffi.ffi_call(target, outs, vmap_method="sequential")(table, kd, **attrs)
+    call = jax.ffi.ffi_call(target, outs, vmap_method="sequential")
+    parent, depth, logp, rank, state, key = call(*operands, kd, **attrs)
     tree = DraftTree(parent=parent, depth=depth, logP=logp, rank=rank, state=state, key=key)
     return tree, jnp.full((B,), -jnp.inf, jnp.float32)
 
@@ -236,7 +242,7 @@ def _call(law: Law, tree_keys, P: int, K: int, prog: NativeIndexed):
     """The FFI call of an indexed law on one device's batch: (tree, dropped)."""
     names = ("init_kind", "child_kind", "row_kind", "n_init", "n_hash")
     attrs = {name: np.int64(v) for name, v in zip(names, prog, strict=True)}
-    return _tree_call(TARGET, law.row_table(K).astype(jnp.float32), tree_keys, P, attrs)
+    return _tree_call(TARGET, (law.row_table(K).astype(jnp.float32),), tree_keys, P, attrs)
 
 
 def _drawn_operands(law: Law, K: int, prog: NativeDrawn) -> tuple:
@@ -260,7 +266,34 @@ def _drawn_operands(law: Law, K: int, prog: NativeDrawn) -> tuple:
 def _call_drawn(law: Law, tree_keys, P: int, K: int, prog: NativeDrawn):
     """The FFI call of a drawn law on one device's batch: (tree, dropped)."""
     table, attrs = _drawn_operands(law, K, prog)
-    return _tree_call(TARGET_DRAWN, table, tree_keys, P, attrs)
+    return _tree_call(TARGET_DRAWN, (table,), tree_keys, P, attrs)
+
+
+def _call_markov(law: Law, tree_keys, P: int, K: int, prog: NativeMarkov):
+    """The FFI call of a Markov law of natively drawn states on one device's batch: (tree, dropped). Operands: the
+    zipf states' -log(i) table, the fixed states' rows ``[F, K]``, the law's log initial row and log kernel; the
+    attribute ``params``: per state its kind, V, a, b, scale and row of the fixed rows."""
+    f32 = jnp.float32
+    Vz = max((v for st, v in zip(prog.states, prog.vocabs, strict=True) if st.family == "zipf"), default=1)
+    neglog = -jnp.log(jnp.arange(1, Vz + 1, dtype=f32))
+    rows = [sub.row_table(K)[0] for sub, st in zip(law.sub_laws(), prog.states, strict=True) if st.family == "fixed"]
+    fixed = jnp.stack(rows).astype(f32) if rows else jnp.zeros((1, K), f32)
+    params = np.array(
+        [
+            [
+                DRAW_KINDS[st.family],
+                v,
+                0.0 if st.family == "fixed" else st.a,
+                st.b,
+                st.scale,
+                st.a if st.family == "fixed" else 0.0,
+            ]
+            for st, v in zip(prog.states, prog.vocabs, strict=True)
+        ],
+        np.float64,
+    ).ravel()
+    operands = (neglog, fixed, law.log_init.astype(f32), law.log_kernel.astype(f32))
+    return _tree_call(TARGET_MARKOV, operands, tree_keys, P, dict(K=np.int64(K), params=params))
 
 
 @partial(jax.jit, static_argnames=("K", "prog"))
@@ -286,6 +319,8 @@ def draw_rows(law: Law, draw_keys, K: int) -> jax.Array:
 
 
 def _dispatch(law: Law, tree_keys, P: int, K: int, prog):
+    if isinstance(prog, NativeMarkov):
+        return _call_markov(law, tree_keys, P, K, prog)
     return (_call_drawn if isinstance(prog, NativeDrawn) else _call)(law, tree_keys, P, K, prog)
 
 
@@ -311,7 +346,7 @@ def _sharded(devices: tuple, P: int, K: int, prog):
 def run_native(law: Law, tree_keys, P: int, K: int, devs) -> tuple:
     """(trees, dropped) of the native kernel, over ``devs`` (a tuple of CPU devices) if given."""
     prog = law.native_program()
-    if isinstance(prog, NativeDrawn):
+    if isinstance(prog, (NativeDrawn, NativeMarkov)):
         rows = (P + 1) * min(K, int(law.vocab)) * 4
         if rows > ROW_BYTES_MAX:
             raise BrwsimError(
