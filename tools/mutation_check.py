@@ -188,6 +188,9 @@ MODULES = {
         ["brwsim/_supervise.py"],
         ["tests/test_supervise.py", "tests/test_peer_faults.py", "tests/test_signals.py"],
     ),
+    # `brwsim reproduce`: the arguments' checks, the experiments run in order, REPORT.md written or updated
+    # (tests/test_experiments.py's report test runs two experiments in quick mode: about 35 s a mutant it reaches)
+    "reproduce": (["brwsim/reproduce.py"], ["tests/test_reproduce_module.py", "tests/test_experiments.py"]),
 }
 
 
