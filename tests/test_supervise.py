@@ -23,7 +23,12 @@ import pytest
 from brwsim import _supervise
 from brwsim._supervise import FAULT_EXIT, Channel, Ending
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork, prctl and /proc: Linux")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork, prctl and /proc: Linux"),
+    # JAX warns at every fork once its backend runs in this process (another test file's); the forked workers
+    # here only write to pipes, send signals and exit, and never touch JAX
+    pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
+]
 
 _REAL_EXIT = os._exit
 _HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
