@@ -1087,12 +1087,6 @@ static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, fl
 // exp(log p - max log p) / sum, F = 1 from the last state of positive probability on (a state of probability 0 is
 // never drawn). The root's row is `initial`, a child's of rank r the parent's state's kernel row min(r, R - 1).
 
-struct States {
-  std::vector<Drawn> laws;  // per state
-  std::vector<double> init, kern;  // cumulative rows: [S], [S, R, S]
-  int64_t S = 0, R = 0;
-};
-
 // the cumulative distribution of the float32 log-probabilities lp[0..S) into F[0..S)
 static void cumulative(const float* lp, int64_t S, double* F) {
   double mx = -INFINITY, sum = 0.0;
@@ -1107,6 +1101,24 @@ static void cumulative(const float* lp, int64_t S, double* F) {
   for (int64_t i = 0; i < S; i++) F[i] = i >= last ? 1.0 : F[i] / sum;
 }
 
+struct States {
+  std::vector<Drawn> laws;  // per state
+  std::vector<double> init;  // the initial row, cumulative [S]
+  const float* log_kernel = nullptr;  // [S, R, S]
+  std::vector<std::vector<double>> kern;  // [S R]: the kernel rows made cumulative when first needed
+  int64_t S = 0, R = 0;
+
+  // the cumulative kernel row of a child of rank r whose parent has state s
+  const double* row(int32_t s, int64_t r) {
+    std::vector<double>& F = kern[size_t(int64_t(s) * R + std::min(r, R - 1))];
+    if (F.empty()) {
+      F.resize(size_t(S));
+      cumulative(log_kernel + (int64_t(s) * R + std::min(r, R - 1)) * S, S, F.data());
+    }
+    return F.data();
+  }
+};
+
 // the state drawn from the cumulative row F[0..S) under the node key (k0, k1)
 static inline int32_t draw_state(const double* F, int64_t S, uint32_t k0, uint32_t k1) {
   uint32_t kk0[LANES] = {k0}, kk1[LANES] = {k1}, sk0[LANES], sk1[LANES];
@@ -1120,7 +1132,7 @@ static inline int32_t draw_state(const double* F, int64_t S, uint32_t k0, uint32
 
 // the best-first search of trees [0, B) of a drawn law (mk null) or of a Markov law of drawn states (L unused), one
 // tree at a time, a heap frontier; each node's row of K entries is drawn when the node is taken (the root's first)
-static void search_drawn(const Drawn& L, const States* mk, const uint32_t* tree_keys, int64_t B, int64_t P,
+static void search_drawn(const Drawn& L, States* mk, const uint32_t* tree_keys, int64_t B, int64_t P,
                          const Out& out) {
   const int64_t K = L.K, S = P + 1;
   const size_t ns = size_t(S);
@@ -1167,8 +1179,7 @@ static void search_drawn(const Drawn& L, const States* mk, const uint32_t* tree_
       uint32_t pk0[LANES] = {p.k0}, pk1[LANES] = {p.k1}, tag[LANES] = {2u + uint32_t(r)}, c0[LANES], c1[LANES];
       fold_in(pk0, pk1, tag, c0, c1);
       int32_t sn = 0;
-      if (mk) sn = draw_state(mk->kern.data() + (int64_t(p.state) * mk->R + std::min<int64_t>(r, mk->R - 1)) * mk->S,
-                              mk->S, c0[0], c1[0]);
+      if (mk) sn = draw_state(mk->row(p.state, r), mk->S, c0[0], c1[0]);
       uint32_t dk0[LANES], dk1[LANES];
       fold_in_const(c0, c1, 0, dk0, dk1);
       float* row = rows.data() + size_t(n) * K;
@@ -1277,9 +1288,8 @@ ffi::Error MarkovImpl(ffi::Buffer<ffi::F32> neglog, ffi::Buffer<ffi::F32> fixed,
   }
   mk.init.resize(size_t(mk.S));
   cumulative(log_init.typed_data(), mk.S, mk.init.data());
-  mk.kern.resize(size_t(mk.S * mk.R * mk.S));
-  for (int64_t i = 0; i < mk.S * mk.R; i++)
-    cumulative(log_kernel.typed_data() + i * mk.S, mk.S, mk.kern.data() + i * mk.S);
+  mk.log_kernel = log_kernel.typed_data();
+  mk.kern.resize(size_t(mk.S * mk.R));
   const int64_t P = od.back();
   const int64_t B = int64_t(keys.element_count() / 2);
   Drawn L0 = mk.laws[0];
