@@ -8,16 +8,99 @@ inside :func:`deferred`: a signal is only noted, the process finishes its share 
 travels with the round's exchange and every process stops after that same round (:func:`agree`); a second
 signal to the same process changes nothing. Outside those rounds a signalled process of a multi-process run
 stops at once, and its peers stop as after a fault (docs/scaling.md, "Faults").
+
+Python runs a handler only when the main thread is back in the interpreter, not while it waits for a long XLA
+call (a batch of heavy trees can take minutes). So a thread (:class:`_Watch`) sees each signal as it comes, through
+the interpreter's wakeup file descriptor: if the handler has not run :data:`NOTE_AFTER` seconds after the first
+signal, it says once that the command stops after the batch in progress and that a second signal stops it at once;
+a second signal then ends a one-process command at once (one line, exit status 128 + the first signal), losing
+what was not yet printed or checkpointed. In a multi-process run (a shared round, or :func:`once`) the second
+signal changes nothing, as above.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import signal
 import threading
 
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 _STATE = {"signal": None, "by": None, "deferred": 0, "once": False, "agreed": False}
+NOTE_AFTER = 2.0  # seconds after a signal whose handler has not run: the note that the command is in a long call
+_WATCH: list = []  # the watch of the block of :func:`installed` (at most one)
+
+
+class _Watch:
+    """The signals as they come (the interpreter's wakeup fd, written by its C-level handler whatever the main
+    thread does): the note of a long call, and a second signal's immediate stop (see the module's docstring)."""
+
+    def __init__(self):
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.w, False)
+        self.before = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._run, name="brwsim-signals", daemon=True)
+        self.thread.start()
+
+    def _next(self, timeout: float | None) -> int | None:
+        """The next of our signals (None: ``timeout`` passed); -1 when the pipe is closed."""
+        while True:
+            ready, _, _ = select.select([self.r], [], [], timeout)
+            if not ready:
+                return None
+            data = os.read(self.r, 1)
+            if not data:
+                return -1
+            if data[0] in SIGNALS:
+                return data[0]
+
+    def _run(self) -> None:
+        try:
+            first = self._next(None)
+            if first in (None, -1):
+                return
+            nxt = self._next(NOTE_AFTER)
+            if nxt is None and _STATE["signal"] is None and not _STATE["deferred"] and not _STATE["once"]:
+                _write(f"brwsim: {signal.Signals(first).name}: stopping after the call in progress (a batch of trees "
+                       "cannot be cut short); a second signal stops at once, losing what is not yet printed or "
+                       "checkpointed")  # fmt: skip
+                nxt = self._next(None)
+            while nxt not in (None, -1):
+                if not _STATE["deferred"] and not _STATE["once"]:
+                    _write(f"brwsim: stopped at once by a second signal ({signal.Signals(nxt).name}); what was not "
+                           "printed or checkpointed is lost")  # fmt: skip
+                    os._exit(128 + int(first))
+                nxt = self._next(None)
+        finally:
+            os.close(self.r)
+
+    def stop(self) -> None:
+        signal.set_wakeup_fd(self.before)
+        os.close(self.w)  # the thread reads the end and returns
+        self.thread.join(timeout=5)
+
+
+def forked(child: bool) -> None:
+    """After a fork inside :func:`installed` (a launcher and its worker, brwsim._supervise): the launcher
+    (``child`` False) passes signals on and must not stop by itself, so its watch ends; the worker has no watch
+    thread (a fork copies only the forking thread), so the pipe it shares with the launcher is let go."""
+    if not _WATCH:
+        return
+    watch = _WATCH.pop()
+    if child:
+        signal.set_wakeup_fd(-1)
+        os.close(watch.w)
+        os.close(watch.r)
+    else:
+        watch.stop()
+
+
+def _write(line: str) -> None:
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:  # a closed stderr: nothing to say it on
+        pass
 
 
 def _handler(signum, _frame) -> None:
@@ -46,8 +129,11 @@ def installed(once: bool = False):
     _reset(once)
     try:
         install()
+        _WATCH.append(_Watch())
         yield
     finally:
+        if _WATCH:
+            _WATCH.pop().stop()
         for s, h in saved.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
         _reset(False)
@@ -131,6 +217,7 @@ __all__ = [
     "by",
     "deferred",
     "exit_status",
+    "forked",
     "install",
     "installed",
     "name",

@@ -72,6 +72,41 @@ def test_a_signal_to_one_process_stops_every_process_after_one_round(processes, 
     assert d["trees"] % 1000 == 0  # whole rounds of 2 x 500 trees, the same on both processes
 
 
+def _wait_for_line(path, needle: str, proc, limit: float) -> float:
+    """Seconds until ``needle`` is in the file ``path`` (a process's stderr); fails after ``limit`` s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if needle in path.read_text():
+            return time.monotonic() - t0
+        assert proc.poll() is None, path.read_text()[-3000:]
+        time.sleep(0.05)
+    pytest.fail(f"no {needle!r} within {limit} s: {path.read_text()[-3000:]}")
+
+
+def test_a_signal_during_a_long_call_is_answered_and_a_second_one_stops_at_once(processes, tmp_path):
+    """A batch of heavy trees (the JAX kernel, V = 10^6: seconds a node) cannot be cut short, so Python's handler
+    waits for it; the signal watch says so within NOTE_AFTER (2 s) of the signal, and a second signal ends the
+    process at once with one line and 128 + the first signal."""
+    err = tmp_path / "err"
+    argv = ["simulate", "--law", "dirichlet:V=1000000,alpha=0.5", "--P", "64", "--trees", "200", "--json"]
+    with open(err, "w") as fh:
+        proc = processes.start([sys.executable, "-m", "brwsim", *argv], env=_env(), stderr=fh)
+    _wait_for_line(err, "brwsim: progress: ", proc, TIMEOUT)  # the heavy run's estimate: the trees come next
+    time.sleep(3)  # well inside the first batch (about 65 nodes of 0.1-0.3 s a tree)
+    proc.send_signal(signal.SIGTERM)
+    assert _wait_for_line(err, "brwsim: SIGTERM: stopping after the call in progress", proc, 30) < 15
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    rc, out, _ = processes.finish(proc, BROKEN)
+    assert rc == 143 and time.monotonic() - t0 < 10 and out == ""
+    lines = [x for x in err.read_text().splitlines() if not x.startswith("brwsim: progress: ")]
+    assert lines == [
+        "brwsim: SIGTERM: stopping after the call in progress (a batch of trees cannot be cut short); a second "
+        "signal stops at once, losing what is not yet printed or checkpointed",
+        "brwsim: stopped at once by a second signal (SIGINT); what was not printed or checkpointed is lost",
+    ]
+
+
 def test_the_handlers_raise_note_and_are_put_back():
     before, before_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)  # (SIG_IGN in a `cmd &`)
     with interrupts.installed():
