@@ -370,3 +370,15 @@ def test_markov_with_a_pool_state_stays_on_the_jax_kernel(tmp_path):
     law = markov_law({"states": {"p": str(pool), "f": "fixed:probs=0.5/0.5"}, "initial": "p",
                       "kernel": {"p": [[0.5, 0.5]], "f": [[0.5, 0.5]]}})  # fmt: skip
     assert law.native_program() is None and law.kernels == ("jax",)
+
+
+def test_the_k_largest_whatever_k():
+    """A node's K largest entries are the first K of its whole sorted row, for every K: a K of 1 to 120 takes the
+    selection's first threshold from the maxima of 120 groups of 16 (V = 2000: 15 chunks of 128 entries, 80 in no
+    group), 121 and more the first K entries, K >= V no selection at all."""
+    for spec in ["dirichlet:V=2000,alpha=0.1", "logitnormal:V=2000,sigma=3", "temp:T=2,law=dirichlet:V=1000,alpha=5"]:
+        law = parse_law(spec)
+        keys = jax.random.split(jax.random.key(8), 40)
+        full = np.asarray(_native.draw_rows(law, keys, law.vocab))
+        for K in (1, 5, 16, 100, 119, 120, 121, 500, law.vocab - 1):
+            assert np.array_equal(np.asarray(_native.draw_rows(law, keys, K)), full[:, :K]), (spec, K)

@@ -889,10 +889,13 @@ struct Drawn {
   const float* fixed;   // fixed (a Markov law's state): its K largest log-probabilities, decreasing, -inf past V
 };
 
+constexpr int64_t GROUP = 16;  // top_k's groups of entries (their maxima set the first threshold)
+
 // per-thread scratch of one row
 struct RowBuf {
-  std::vector<float> w, sel;
-  explicit RowBuf(int64_t V, int64_t K) : w(size_t(V + 4 * TB)), sel(size_t(2 * K + 4 * TB)) {}
+  std::vector<float> w, sel, gmax;
+  explicit RowBuf(int64_t V, int64_t K)
+      : w(size_t(V + 4 * TB)), sel(size_t(2 * K + 4 * TB)), gmax(size_t(V / GROUP + 1)) {}
 };
 
 // log-weights of the dirichlet row: w[0..V)
@@ -982,8 +985,14 @@ static inline int64_t sort_more(float* row, int64_t done, int64_t need, int64_t 
 }
 
 // the K largest of w[0..V) into out[0..K), the first min(K, SORTED0) sorted decreasing, each of them >= every later
-// entry (a running threshold: candidates above it are buffered, the buffer cut back to its K largest when it fills)
-static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __restrict buf, float* __restrict out) {
+// entry (a running threshold: candidates above it are buffered, the buffer cut back to its K largest when it fills).
+// The first threshold, when there are at least K groups of GROUP entries (disjoint; entries past the last whole chunk
+// of eight groups are in none): the K-th largest of the groups' maxima (those K maxima are K entries at least that
+// large, so every one of the K largest is too; `gmax` holds V / GROUP floats); else the K-th largest of the first K
+// entries. Only the values are kept, so the result is the same
+// whichever threshold starts (ties are equal values).
+static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __restrict buf, float* __restrict gmax,
+                  float* __restrict out) {
   if (K >= V) {
     std::memcpy(out, w, size_t(V) * 4);
     std::partial_sort(out, out + std::min(V, SORTED0), out + V, std::greater<float>());
@@ -993,9 +1002,25 @@ static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __rest
   const int64_t cap = 2 * K + 2 * TB;
   float thr = -INFINITY;
   int64_t i = 0;
-  for (; i < K; i++) buf[n++] = w[i];
-  std::nth_element(buf, buf + (K - 1), buf + n, std::greater<float>());
-  thr = buf[K - 1];
+  const int64_t ng = V / (8 * GROUP) * 8;  // groups of GROUP entries, eight to a chunk (the rest in none)
+  if (ng >= K) {
+    for (int64_t c = 0; c < ng / 8; c++) {  // chunk c of 8 GROUP entries: group 8 c + l holds its entries 8 r + l
+      const float* x = w + c * 8 * GROUP;
+      float m[8];
+      for (int l = 0; l < 8; l++) m[l] = x[l];
+      for (int r = 1; r < GROUP; r++)
+        for (int l = 0; l < 8; l++) m[l] = x[8 * r + l] > m[l] ? x[8 * r + l] : m[l];
+      for (int l = 0; l < 8; l++) gmax[8 * c + l] = m[l];
+    }
+    std::nth_element(gmax, gmax + (K - 1), gmax + ng, std::greater<float>());
+    // strictly above the largest float below the K-th maximum: every entry at least that maximum (>= K of them)
+    thr = std::nextafter(gmax[K - 1], -INFINITY);
+  }
+  if (thr == -INFINITY) {  // too few groups (or fewer than K finite maxima): the first K entries set it
+    for (; i < K; i++) buf[n++] = w[i];
+    std::nth_element(buf, buf + (K - 1), buf + n, std::greater<float>());
+    thr = buf[K - 1];
+  }
   auto take = [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; t++) {
       if (w[t] > thr) {
@@ -1010,8 +1035,15 @@ static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __rest
   };
   for (; i < V && (i & 15); i++) take(i, i + 1);
   for (; i + 16 <= V; i += 16) {  // sixteen entries a vector compare; the rare ones above the threshold one by one
+#ifdef __AVX2__
+    const __m256 t = _mm256_set1_ps(thr);
+    const __m256 gt = _mm256_or_ps(_mm256_cmp_ps(_mm256_loadu_ps(w + i), t, _CMP_GT_OQ),
+                                   _mm256_cmp_ps(_mm256_loadu_ps(w + i + 8), t, _CMP_GT_OQ));
+    const bool any = _mm256_movemask_ps(gt) != 0;
+#else
     int32_t any = 0;
     for (int l = 0; l < 16; l++) any |= int32_t(w[i + l] > thr);
+#endif
     if (any) take(i, i + 16);
   }
   take(i, V);
@@ -1068,7 +1100,7 @@ static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, fl
     for (int64_t i = 1; i < Kr; i++) out[i] = -INFINITY;
     return L.K;
   }
-  top_k(w, V, Kr, rb.sel.data(), out);
+  top_k(w, V, Kr, rb.sel.data(), rb.gmax.data(), out);
   if (c == 0.0f) {  // uniform
     float lu = -std::log(float(V));
     for (int64_t i = 0; i < Kr; i++) out[i] = lu;
