@@ -12,10 +12,11 @@ stops at once, and its peers stop as after a fault (docs/scaling.md, "Faults").
 Python runs a handler only when the main thread is back in the interpreter, not while it waits for a long XLA
 call (a batch of heavy trees can take minutes). So a thread (:class:`_Watch`) sees each signal as it comes, through
 the interpreter's wakeup file descriptor: if the handler has not run :data:`NOTE_AFTER` seconds after the first
-signal, it says once that the command stops after the batch in progress and that a second signal stops it at once;
-a second signal then ends a one-process command at once (one line, exit status 128 + the first signal), losing
-what was not yet printed or checkpointed. In a multi-process run (a shared round, or :func:`once`) the second
-signal changes nothing, as above.
+signal, it says once that the command stops after the computation in progress and that a second signal stops it at
+once; a second signal while the handler has still not run then ends a one-process command at once (one line, exit
+status 128 + the first signal), losing what was not yet printed or checkpointed (a checkpoint's rename is atomic:
+at worst a stray temporary file stays). Once the handler ran, or in a multi-process run (a shared round, or
+:func:`once`), a second signal changes nothing, as above.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ import threading
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 _STATE = {"signal": None, "by": None, "deferred": 0, "once": False, "agreed": False}
 NOTE_AFTER = 2.0  # seconds after a signal whose handler has not run: the note that the command is in a long call
-_WATCH: list = []  # the watch of the block of :func:`installed` (at most one)
+_WATCH: list = []  # the watch of the outermost block of :func:`installed` (at most one)
 
 
 class _Watch:
     """The signals as they come (the interpreter's wakeup fd, written by its C-level handler whatever the main
-    thread does): the note of a long call, and a second signal's immediate stop (see the module's docstring)."""
+    thread does): the note of a long computation, and a second signal's immediate stop (see the module's
+    docstring). The thread reads the pipe until :meth:`stop` closes it, so a signal never finds it unread."""
 
     def __init__(self):
         self.r, self.w = os.pipe()
@@ -55,23 +57,28 @@ class _Watch:
             if data[0] in SIGNALS:
                 return data[0]
 
+    @staticmethod
+    def _stuck() -> bool:
+        """The main thread has not run the handler of a signal that a one-process command obeys at once."""
+        return _STATE["signal"] is None and not _STATE["deferred"] and not _STATE["once"]
+
     def _run(self) -> None:
         try:
             first = self._next(None)
-            if first in (None, -1):
-                return
-            nxt = self._next(NOTE_AFTER)
-            if nxt is None and _STATE["signal"] is None and not _STATE["deferred"] and not _STATE["once"]:
-                _write(f"brwsim: {signal.Signals(first).name}: stopping after the call in progress (a batch of trees "
-                       "cannot be cut short); a second signal stops at once, losing what is not yet printed or "
-                       "checkpointed")  # fmt: skip
-                nxt = self._next(None)
-            while nxt not in (None, -1):
-                if not _STATE["deferred"] and not _STATE["once"]:
+            while first is not None and first != -1:
+                nxt = self._next(NOTE_AFTER)
+                if nxt is None and self._stuck():
+                    _write(f"brwsim: {signal.Signals(first).name}: stopping after the computation in progress (it "
+                           "cannot be cut short); a second signal stops at once, losing what is not yet printed or "
+                           "checkpointed")  # fmt: skip
+                    nxt = self._next(None)
+                if nxt is not None and nxt != -1 and self._stuck():  # still no handler: the main thread is in a call
                     _write(f"brwsim: stopped at once by a second signal ({signal.Signals(nxt).name}); what was not "
                            "printed or checkpointed is lost")  # fmt: skip
                     os._exit(128 + int(first))
-                nxt = self._next(None)
+                while nxt is None:  # the handler ran (or the process obeys signals only after its round)
+                    nxt = self._next(None)
+                first = nxt
         finally:
             os.close(self.r)
 
@@ -81,24 +88,17 @@ class _Watch:
         self.thread.join(timeout=5)
 
 
-def forked(child: bool) -> None:
-    """After a fork inside :func:`installed` (a launcher and its worker, brwsim._supervise): the launcher
-    (``child`` False) passes signals on and must not stop by itself, so its watch ends; the worker has no watch
-    thread (a fork copies only the forking thread), so the pipe it shares with the launcher is let go."""
-    if not _WATCH:
-        return
-    watch = _WATCH.pop()
-    if child:
-        signal.set_wakeup_fd(-1)
-        os.close(watch.w)
-        os.close(watch.r)
-    else:
-        watch.stop()
+def release() -> None:
+    """Before a fork inside :func:`installed` (a launcher and its worker, brwsim._supervise): the watch ends, so
+    that neither process shares its pipe (the launcher passes signals on, the worker obeys the first only)."""
+    while _WATCH:
+        _WATCH.pop().stop()
 
 
 def _write(line: str) -> None:
     try:
-        os.write(2, (line + "\n").encode())
+        lead = "\n" if os.isatty(2) else ""  # a bar's line may be open on a terminal
+        os.write(2, (lead + line + "\n").encode())
     except OSError:  # a closed stderr: nothing to say it on
         pass
 
@@ -127,13 +127,15 @@ def installed(once: bool = False):
         return
     saved = {s: signal.getsignal(s) for s in SIGNALS}
     _reset(once)
+    outer = not _WATCH
     try:
         install()
-        _WATCH.append(_Watch())
+        if outer:
+            _WATCH.append(_Watch())
         yield
     finally:
-        if _WATCH:
-            _WATCH.pop().stop()
+        if outer:
+            release()
         for s, h in saved.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
         _reset(False)
@@ -217,7 +219,7 @@ __all__ = [
     "by",
     "deferred",
     "exit_status",
-    "forked",
+    "release",
     "install",
     "installed",
     "name",

@@ -105,6 +105,7 @@ def supervise(describe) -> Channel:
         return Channel()
     sys.stdout.flush()
     sys.stderr.flush()
+    interrupts.release()  # no signal watch across the fork: the launcher passes signals on, the worker heeds one
     err_r, err_w = os.pipe()
     note_r, note_w = os.pipe()
     pid = os.fork()
@@ -115,9 +116,7 @@ def supervise(describe) -> Channel:
         os.dup2(err_w, 2)
         os.close(err_w)
         interrupts.once()  # a Ctrl-C may come twice: straight from the terminal, and passed on by the launcher
-        interrupts.forked(child=True)
         return Channel(note_w)
-    interrupts.forked(child=False)
     os.close(err_w)
     os.close(note_w)
     os._exit(_watch(pid, err_r, note_r, describe))

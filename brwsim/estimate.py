@@ -23,6 +23,7 @@ and resumed by :mod:`brwsim._resume`, and reported as the types of
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -49,6 +50,7 @@ from .errors import BrwsimError, check_P_list, check_positive_int
 from .laws import Law, NativeDrawn, NativeMarkov, parse_law
 from .oracle import clear_caches, default_batch, keep_entries, kernel_choice, oracle_batch  # noqa: F401 - default_batch: see plan_batch
 from .oracle._native import available as native_available
+from .oracle._native import built as native_built
 from .results import PResult, SimulationResult
 from .spine import law_curves
 from .theory import Bounds, bounds_from_curves, moments
@@ -406,8 +408,8 @@ HEAVY_VARIATES = 10**10  # a drawn-law run with more node variates than this say
 
 def _node_seconds(law: Law, K: int, kernel: str) -> float | None:
     """Seconds a node of ``law`` costs the oracle of ``kernel``: one tree of one node (the root's row, the node's row
-    and their search) compiled first, then timed, halved; None if that fails (the run itself reports what goes
-    wrong)."""
+    and their search; for a Markov law, the states the tree's fixed key draws) compiled first, then timed, halved;
+    None if that fails (the run itself reports what goes wrong)."""
     keys = tree_keys(jax.random.key(0), 0, 1)
     try:
         call = jax.jit(lambda k: oracle_batch(law, k, 1, K, kernel=kernel).logP).lower(keys).compile()
@@ -439,6 +441,10 @@ def _announce_heavy(run: Run) -> None:
     if t is None:
         return
     n = len(devs) if devs else 1
+    cpu = all(d.platform == "cpu" for d in devs or jax.local_devices()[:1])
+    if cpu and hasattr(os, "sched_getaffinity"):
+        n = min(n, len(os.sched_getaffinity(0)))  # CPU devices beyond the cores this process may use run in turn
+    n *= processes.count()  # every process's trees are counted, each process runs its share
     where = "one device" if n == 1 else f"{n} devices"
     line = (
         f"brwsim: progress: {run.d.text} P={P}: about {rows:,} nodes of {V:,} variates; one node took {t:.2g} s "
@@ -447,7 +453,8 @@ def _announce_heavy(run: Run) -> None:
     if (
         not native
         and "native" in law.kernels
-        and all(d.platform == "cpu" for d in devs or jax.local_devices()[:1])
+        and cpu
+        and native_built()  # a hint: never a build (or its notice) for it
         and native_available()
     ):
         tn = _node_seconds(law, keep_entries(P, min(V, P)), "native")

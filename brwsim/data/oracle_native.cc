@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -974,6 +975,7 @@ static float row_sumexp(const float* __restrict w, int64_t n, float mx, float c)
   return t;
 }
 
+constexpr int64_t DENSE = 8;  // K of V at least V / DENSE: selection in place over the whole row
 constexpr int64_t SORTED0 = 16;  // entries of a fresh row sorted at once; the rest when the search reaches them
 
 // Sort row[done..) far enough that entries [0, need] are in decreasing order (the row's first `done` already are and
@@ -1100,13 +1102,20 @@ static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, fl
     for (int64_t i = 1; i < Kr; i++) out[i] = -INFINITY;
     return L.K;
   }
-  top_k(w, V, Kr, rb.sel.data(), rb.gmax.data(), out);
+  // the normaliser first: a dense selection reorders w (the same sum, in the same order, as after it)
+  const float lse = c == 0.0f ? 0.0f : std::log(row_sumexp(w, V, mx, c));
+  if (Kr < V && DENSE * Kr >= V) {  // a large share of the row: one selection over it in place
+    std::nth_element(w, w + (Kr - 1), w + V, std::greater<float>());
+    std::memcpy(out, w, size_t(Kr) * 4);
+    std::partial_sort(out, out + std::min(Kr, SORTED0), out + Kr, std::greater<float>());
+  } else {
+    top_k(w, V, Kr, rb.sel.data(), rb.gmax.data(), out);
+  }
   if (c == 0.0f) {  // uniform
     float lu = -std::log(float(V));
     for (int64_t i = 0; i < Kr; i++) out[i] = lu;
     return L.K;
   }
-  const float lse = std::log(row_sumexp(w, V, mx, c));
   for (int64_t i = 0; i < Kr; i++) out[i] = std::fmin((out[i] == mx ? 0.0f : (out[i] - mx) * c) - lse, 0.0f);
   return std::min(Kr, SORTED0);
 }
@@ -1116,8 +1125,8 @@ static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, fl
 // Not the JAX kernel's Gumbel draw: a stream of its own. A node's state key is the JAX kernel's (fold_in(node key, 1));
 // its uniform U in [0, 1) has 53 bits from threefry2x32 of counter (0, 4) under it ((a >> 5) 2^26 + (b >> 6), times
 // 2^-53), and the state is the first s with U < F(s), F the cumulative sum (float64) of the row's probabilities
-// exp(log p - max log p) / sum, F = 1 from the last state of positive probability on (a state of probability 0 is
-// never drawn). The root's row is `initial`, a child's of rank r the parent's state's kernel row min(r, R - 1).
+// exp(log p - max log p) / sum, F = 1 from the last state of positive probability on (a state whose probability is 0,
+// or below about e^-745 of the largest, where the float64 exp underflows, is never drawn). The root's row is `initial`, a child's of rank r the parent's state's kernel row min(r, R - 1).
 
 // the cumulative distribution of the float32 log-probabilities lp[0..S) into F[0..S)
 static void cumulative(const float* lp, int64_t S, double* F) {
@@ -1137,15 +1146,16 @@ struct States {
   std::vector<Drawn> laws;  // per state
   std::vector<double> init;  // the initial row, cumulative [S]
   const float* log_kernel = nullptr;  // [S, R, S]
-  std::vector<std::vector<double>> kern;  // [S R]: the kernel rows made cumulative when first needed
+  std::unordered_map<int64_t, std::vector<double>> kern;  // the kernel rows made cumulative when first needed
   int64_t S = 0, R = 0;
 
   // the cumulative kernel row of a child of rank r whose parent has state s
   const double* row(int32_t s, int64_t r) {
-    std::vector<double>& F = kern[size_t(int64_t(s) * R + std::min(r, R - 1))];
+    const int64_t i = int64_t(s) * R + std::min(r, R - 1);
+    std::vector<double>& F = kern[i];
     if (F.empty()) {
       F.resize(size_t(S));
-      cumulative(log_kernel + (int64_t(s) * R + std::min(r, R - 1)) * S, S, F.data());
+      cumulative(log_kernel + i * S, S, F.data());
     }
     return F.data();
   }
@@ -1321,7 +1331,6 @@ ffi::Error MarkovImpl(ffi::Buffer<ffi::F32> neglog, ffi::Buffer<ffi::F32> fixed,
   mk.init.resize(size_t(mk.S));
   cumulative(log_init.typed_data(), mk.S, mk.init.data());
   mk.log_kernel = log_kernel.typed_data();
-  mk.kern.resize(size_t(mk.S * mk.R));
   const int64_t P = od.back();
   const int64_t B = int64_t(keys.element_count() / 2);
   Drawn L0 = mk.laws[0];

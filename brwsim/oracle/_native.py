@@ -177,6 +177,18 @@ def available() -> bool:
             return False
 
 
+def built() -> bool:
+    """True when the library is loaded or already built in the user cache: :func:`available` then needs no compile
+    and prints nothing (for a hint that must not start a build)."""
+    with _lock:
+        if "lib" in _state:
+            return True
+        if "failed" in _state:
+            return False
+    cxx = compiler()
+    return cxx is not None and os.path.exists(library_path(cxx))
+
+
 def reset() -> None:
     """Forget a failed build so the next call tries again (tests)."""
     with _lock:
