@@ -404,18 +404,19 @@ def _draws_natively(opts: SimulateOptions, law: Law) -> bool:
 
 
 HEAVY_VARIATES = 10**10  # a drawn-law run with more node variates than this says first how long it will take
+TIMED_NODES = 8  # the nodes of the tree timed for that (one call's fixed cost spread over nine rows)
 
 
 def _node_seconds(law: Law, K: int, kernel: str) -> float | None:
-    """Seconds a node of ``law`` costs the oracle of ``kernel``: one tree of one node (the root's row, the node's row
-    and their search; for a Markov law, the states the tree's fixed key draws) compiled first, then timed, halved;
-    None if that fails (the run itself reports what goes wrong)."""
+    """Seconds a node of ``law`` costs the oracle of ``kernel``: one tree of :data:`TIMED_NODES` nodes (their rows,
+    the root's and the search; for a Markov law, the states the tree's fixed key draws) compiled first, then timed,
+    over its rows; None if that fails (the run itself reports what goes wrong)."""
     keys = tree_keys(jax.random.key(0), 0, 1)
     try:
-        call = jax.jit(lambda k: oracle_batch(law, k, 1, K, kernel=kernel).logP).lower(keys).compile()
+        call = jax.jit(lambda k: oracle_batch(law, k, TIMED_NODES, K, kernel=kernel).logP).lower(keys).compile()
         t = time.perf_counter()
         jax.block_until_ready(call(keys))
-        return (time.perf_counter() - t) / 2
+        return (time.perf_counter() - t) / (TIMED_NODES + 1)
     except Exception:  # noqa: BLE001 - only a notice
         return None
 
