@@ -19,9 +19,17 @@ from brwsim.laws import fixed_law, parse_law
 from brwsim.oracle import _native
 from brwsim.testing import stored_rows, table_law
 
-pytestmark = pytest.mark.skipif(not _native.available(), reason="no C++ compiler: the JAX kernel serves every law")
+# BRWSIM_REQUIRE_NATIVE=1 (tools/mutation_check.py native): a library that does not build fails, not skips, this file
+REQUIRED = os.environ.get("BRWSIM_REQUIRE_NATIVE") == "1"
+pytestmark = pytest.mark.skipif(
+    not REQUIRED and not _native.available(), reason="no C++ compiler: the JAX kernel serves every law"
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_library_builds():
+    assert _native.available(), "the native library did not build (the notice on stderr says why)"
 
 
 def _laws(tmp_path) -> dict:

@@ -7,6 +7,7 @@
     python tools/mutation_check.py mutmut-sample MODULE N [SEED] [--before]  # N random mutants not yet checked
     python tools/mutation_check.py mutmut-counts [--before] [MODULE...]  # as docs/testing.md's table
     python tools/mutation_check.py mutmut-all [--children N] [MODULE...]  # the full run, resumable (below)
+    python tools/mutation_check.py native [NAME...]         # the C++ kernel's mistakes (NATIVE_MUTATIONS, below)
 
 MODULE is a key of ``MODULES`` (``_stats``, ``spine``, ...). The mutmut mode
 copies the working tree (brwsim/, tests/, pyproject.toml) to a scratch
@@ -24,6 +25,14 @@ confidence margin, the Markov rank dependence, the long-run law, a moment) in
 a detached git worktree of HEAD, runs the tests (``-x``: the first failure
 ends it) and prints RED (some test caught it) or GREEN (nothing did: a gap in
 the suite). The worktree is removed at the end.
+
+``native`` does the same for the native kernel's C++ source (``NATIVE_MUTATIONS``: each a one-line mistake in
+brwsim/data/oracle_native.cc; NAMEs: only the mutants whose name contains one of them) against its tests
+(``NATIVE_TESTS``). The library is built again for each mutant (its cache key is the source) into a scratch cache
+(``$BRWSIM_CACHE``), by a first process that must import the worktree's brwsim and build it: a mutant that does not
+build is BUILD (not counted as killed), and its tests run anyway with ``BRWSIM_REQUIRE_NATIVE=1``, under which
+tests/test_native.py fails instead of skipping (the harness checks that they noticed). The unmutated source runs
+first and must build and pass.
 """
 
 import glob
@@ -102,6 +111,108 @@ MUTATIONS = [
         "xp.sum(ps * safe, axis=-1, dtype=sum_dtype)",
         "xp.sum(ps * safe * 0.99, axis=-1, dtype=sum_dtype)",
     ),
+]
+
+
+NATIVE = "brwsim/data/oracle_native.cc"
+# (name, exact old line, new line): one-line mistakes across the C++ kernel (the machine here has AVX2, so the
+# lines of its #else branches are not compiled and not mutated); the first one does not compile (the harness check)
+NATIVE_MUTATIONS = [
+    ("build: a syntax error (must be BUILD, its tests failing)",
+     "static inline void fold_in(const uint32_t* k0,", "static inline void fold_in(const uint32_t* k0 +,"),
+    ("threefry: the last rotation 24 -> 25", "static const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};",
+     "static const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 25}};"),
+    ("threefry key schedule: round counter i, not i + 1", "x1 += ks[(i + 2) % 3] + uint32_t(i + 1);",
+     "x1 += ks[(i + 2) % 3] + uint32_t(i);"),
+    ("fold_in16: the second half's fourth injection reuses kb1",
+     "TF_ROUND(17) TF_ROUND(29) TF_ROUND(16) TF_ROUND(24) TF_INJECT(4, ka1, ka2, kb1, kb2)",
+     "TF_ROUND(17) TF_ROUND(29) TF_ROUND(16) TF_ROUND(24) TF_INJECT(4, ka1, ka2, kb1, kb1)"),
+    ("randint: the two halves swapped", "uint32_t off = (hi % span) * mult + (lo % span);",
+     "uint32_t off = (lo % span) * mult + (hi % span);"),
+    ("hash_state: shift 15 -> 16", "h ^= h >> 15;", "h ^= h >> 16;"),
+    ("order_key: -0.0 not folded onto +0.0", "if ((u & 0x7fffffffu) == 0) u = 0;  // -0.0 == +0.0",
+     "// (no -0.0 case)"),
+    ("order_key: negatives not complemented", "u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);",
+     "u = (u & 0x80000000u) ? (u & 0x7fffffffu) : (u | 0x80000000u);"),
+    ("value_of: negatives not complemented back", "u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;",
+     "u = (u & 0x80000000u) ? (u & 0x7fffffffu) : u;"),
+    ("heap sift_up: strict compare", "if (p >= x) break;", "if (p > x) break;"),
+    ("heap replace_top: a lone left child not followed", "} else if (c > m) {", "} else if (c >= m) {"),
+    ("flat frontier (pool): the last slot holding the maximum", "if (mask) return 8 * i + __builtin_ctz(mask);",
+     "if (mask) return 8 * i + 31 - __builtin_clz(mask);"),
+    ("flat search: >= on the odd slot left (ties to the later slot)",
+     "__m256 g1 = _mm256_cmp_ps(c1, b1[h], _CMP_GT_OQ);", "__m256 g1 = _mm256_cmp_ps(c1, b1[h], _CMP_GE_OQ);"),
+    ("flat search: the odd/even merge prefers the higher slot on a tie",
+     "_mm256_castsi256_ps(_mm256_cmpgt_epi32(x0[h], x1[h]))));",
+     "_mm256_castsi256_ps(_mm256_cmpgt_epi32(x1[h], x0[h]))));"),
+    ("node_keys (eight at a time): tag 3 + rank", "tag[l] = 2u + uint32_t(rnk[h + l][i]);",
+     "tag[l] = 3u + uint32_t(rnk[h + l][i]);"),
+    ("node_keys (AVX2): trees 6 and 7's ranks swapped", "rnk[o + 4][i], rnk[o + 5][i], rnk[o + 6][i], rnk[o + 7][i]))",
+     "rnk[o + 4][i], rnk[o + 5][i], rnk[o + 7][i], rnk[o + 6][i]))"),
+    ("pool search: r + 1 <= K", "float nxt = (r + 1 < K) ? tab[p.row * K + r + 1] : -INFINITY;",
+     "float nxt = (r + 1 <= K) ? tab[p.row * K + r + 1] : -INFINITY;"),
+    ("drawn search: sort_more only past the sorted length",
+     "if (r + 1 < K && r + 1 >= p.row) p.row = int32_t(sort_more(rows.data() + size_t(j) * K, p.row, r + 1, K));",
+     "if (r + 1 < K && r + 1 > p.row) p.row = int32_t(sort_more(rows.data() + size_t(j) * K, p.row, r + 1, K));"),
+    ("drawn search: r + 1 <= K", "float nxt = (r + 1 < K) ? rows[size_t(j) * K + r + 1] : -INFINITY;",
+     "float nxt = (r + 1 <= K) ? rows[size_t(j) * K + r + 1] : -INFINITY;"),
+    ("drawn search: child tag 1 + rank",
+     "uint32_t pk0[LANES] = {p.k0}, pk1[LANES] = {p.k1}, tag[LANES] = {2u + uint32_t(r)}, c0[LANES], c1[LANES];",
+     "uint32_t pk0[LANES] = {p.k0}, pk1[LANES] = {p.k1}, tag[LANES] = {1u + uint32_t(r)}, c0[LANES], c1[LANES];"),
+    ("draw_row uniform: -log K, not -log V", "float lu = -std::log(float(V));", "float lu = -std::log(float(Kr));"),
+    ("zipf: the temperature applied to a point mass or uniform exponent",
+     "const float c = (s == 0.0f || !(s < INFINITY)) ? s : s * L.scale;", "const float c = s * L.scale;"),
+    ("top_k: >= the threshold", "if (w[t] > thr) {", "if (w[t] >= thr) {"),
+    ("top_k: one entry fewer sorted than the search is told",
+     "std::partial_sort(buf, buf + std::min(K, SORTED0), buf + K, std::greater<float>());",
+     "std::partial_sort(buf, buf + std::min(K, SORTED0) - 1, buf + K, std::greater<float>());"),
+    ("row_sumexp: exp(1) for the maximum", "float y = w[i + l] == mx ? 0.0f : (w[i + l] - mx) * c;",
+     "float y = w[i + l] == mx ? 1.0f : (w[i + l] - mx) * c;"),
+    ("dirichlet: the acceptance test without 0.5 z^2",
+     "ok[i] = int32_t(pos) & int32_t(vlog(u[i]) < 0.5f * zz * zz + d - d * v + d * lv);",
+     "ok[i] = int32_t(pos) & int32_t(vlog(u[i]) < d - d * v + d * lv);"),
+    ("dirichlet power step: stream 2 (the acceptance uniforms) again", "tf_block(k0, k1, uint32_t(i0 / 2), 3u, a, b);",
+     "tf_block(k0, k1, uint32_t(i0 / 2), 2u, a, b);"),
+    ("u01_open0: 2^-32 steps (0, 1/2]",
+     "return float(int32_t(w >> 1)) * 4.656612873077393e-10f + 2.3283064365386963e-10f;",
+     "return float(int32_t(w >> 1)) * 2.3283064365386963e-10f + 2.3283064365386963e-10f;"),
+    ("u01_24: 23 bits, [0, 1/2)",
+     "return float(int32_t(w >> 8)) * 5.9604644775390625e-08f;",
+     "return float(int32_t(w >> 9)) * 5.9604644775390625e-08f;"),
+    ("vlog: the m^3 coefficient 1/4 for 1/3", "y = y * m + 3.3333331174e-1f;", "y = y * m + 2.4999993993e-1f;"),
+    ("vexp_neg: a coefficient ten times too large", "y = y * r + 1.3981999507e-3f;", "y = y * r + 1.3981999507e-2f;"),
+    ("sincos: +sin for -sin in the second quadrant's cosine",
+     "float cc = (qi == 0) ? cs : (qi == 1) ? -sn : (qi == 2) ? -cs : sn;",
+     "float cc = (qi == 0) ? cs : (qi == 1) ? sn : (qi == 2) ? -cs : sn;"),
+    ("cumulative: p >= 0 marks the last state", "if (p > 0.0) last = i;", "if (p >= 0.0) last = i;"),
+    ("cumulative: 1 only past the last state", "for (int64_t i = 0; i < S; i++) F[i] = i >= last ? 1.0 : F[i] / sum;",
+     "for (int64_t i = 0; i < S; i++) F[i] = i > last ? 1.0 : F[i] / sum;"),
+    ("draw_state: the 53-bit uniform's shifts swapped",
+     "const double u = (double(a[0] >> 5) * 67108864.0 + double(b[0] >> 6)) * (1.0 / 9007199254740992.0);",
+     "const double u = (double(a[0] >> 6) * 67108864.0 + double(b[0] >> 5)) * (1.0 / 9007199254740992.0);"),
+    ("draw_state: lower_bound", "return int32_t(std::upper_bound(F, F + S, u) - F);",
+     "return int32_t(std::lower_bound(F, F + S, u) - F);"),
+    ("Markov kernel rows: cached per state, not per row",
+     "std::vector<double>& F = kern[i];", "std::vector<double>& F = kern[s];"),
+    ("Markov state key: fold_in(node key, 0) (the draw key)", "fold_in_const(kk0, kk1, 1, sk0, sk1);",
+     "fold_in_const(kk0, kk1, 0, sk0, sk1);"),
+    ("Markov child state from the parent's key", "if (mk) sn = draw_state(mk->row(p.state, r), mk->S, c0[0], c1[0]);",
+     "if (mk) sn = draw_state(mk->row(p.state, r), mk->S, pk0[0], pk1[0]);"),
+    ("Markov handler: fixed row f == F accepted",
+     'if (f < 0 || f >= fd[0]) return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: bad row");',
+     'if (f < 0 || f > fd[0]) return ffi::Error(ffi::ErrorCode::kInvalidArgument, "brwsim native oracle: bad row");'),
+    ("indexed handler: an empty hash state space accepted", "if (law.child_kind == CHILD_HASH && law.n_hash == 0)",
+     "if (law.child_kind == CHILD_HASH && law.n_hash < 0)"),
+]  # fmt: skip
+# the native kernel's tests: its own files and the native tests of the exact oracle tests (-k native selects every
+# test of tests/test_native*.py by its module's name, and the two of tests/test_exact_oracle.py that name it)
+NATIVE_TESTS = [
+    "tests/test_native.py",
+    "tests/test_native_draws.py",
+    "tests/test_native_mutants.py",
+    "tests/test_exact_oracle.py",
+    "-k",
+    "native",
 ]
 
 
@@ -455,6 +566,9 @@ def main() -> int:
         return mutmut_all(args, children)
     if sys.argv[1:2] == ["mutmut"]:
         return run_mutmut(sys.argv[2], "--before" in sys.argv[3:])
+    if sys.argv[1:2] == ["native"]:  # [NAME...]: only the mutants whose name contains one of them
+        picked = [m for m in NATIVE_MUTATIONS if not sys.argv[2:] or any(a in m[0] for a in sys.argv[2:])]
+        return run_native(picked)
     if sys.argv[1:2] == ["clusters"]:  # --before: against the module's own tests instead of its exact tests
         before = "--before" in sys.argv[2:]
         return run_mutations([(n, p, o, m, BEFORE[t] if before else [t]) for n, p, o, m, t in CLUSTERS])
@@ -512,6 +626,79 @@ def run_mutations(mutations) -> int:
         open(f, "w").write(text)
     subprocess.run(["git", "-C", SRC, "worktree", "remove", "--force", DST], capture_output=True)
     return 1 if survivors else 0
+
+
+_BUILD = """
+import os, sys
+import brwsim
+from brwsim.oracle import _native
+where = os.path.realpath(os.path.dirname(brwsim.__file__))
+assert where == os.path.realpath(os.path.join(sys.argv[1], "brwsim")), f"brwsim imported from {where}"
+ok = _native.available()
+print(_native.library_path(_native.compiler()) if ok else "-")
+sys.exit(0 if ok else 3)
+"""
+
+
+def run_native(mutations) -> int:
+    """Each (name, old line, new line) of the C++ kernel in a scratch worktree of HEAD: the library built from the
+    mutated source (BUILD when it does not build), then ``NATIVE_TESTS`` (``-x``): RED when a test fails."""
+    shutil.rmtree(DST, ignore_errors=True)
+    subprocess.run(
+        ["git", "-C", SRC, "worktree", "add", "-f", "--detach", DST, "HEAD"], check=True, capture_output=True
+    )
+    for t in NATIVE_TESTS:  # the tests as they are in the working tree
+        if t.endswith(".py") and os.path.exists(os.path.join(SRC, t)):
+            shutil.copy(os.path.join(SRC, t), os.path.join(DST, t))
+    tests = [t for t in NATIVE_TESTS if not t.endswith(".py") or os.path.exists(os.path.join(DST, t))]
+    cache = os.path.join(tempfile.gettempdir(), "brwsim-native-mutants-cache")  # XLA's programs kept between mutants
+    env = dict(os.environ, PYTHONPATH=DST, BRWSIM_CACHE=cache, BRWSIM_REQUIRE_NATIVE="1", JAX_PLATFORMS="cpu")
+    pytest = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests]
+
+    def build() -> tuple[bool, str]:
+        p = subprocess.run([sys.executable, "-c", _BUILD, DST], cwd=DST, env=env, capture_output=True, text=True)
+        if p.returncode not in (0, 3):
+            sys.exit(f"the build check failed: {p.stderr.strip()[-2000:]}")
+        return p.returncode == 0, (p.stdout.strip() or "-") if p.returncode == 0 else p.stderr.strip()[-300:]
+
+    f = os.path.join(DST, NATIVE)
+    text = open(f).read()
+    for name, old, _ in mutations:
+        assert text.count(old) == 1, (name, text.count(old))
+    t0 = time.time()
+    built, base = build()
+    p = subprocess.run(pytest, cwd=DST, env=env, capture_output=True, text=True)
+    if not built or p.returncode:
+        sys.exit(f"the unmutated source: built {built}, tests rc {p.returncode}\n{p.stdout[-3000:]}")
+    print(f"unmutated: built {os.path.basename(base)}, {p.stdout.strip().splitlines()[-1]} ({time.time() - t0:.0f} s)")
+    result: dict[str, list] = {"RED": [], "GREEN": [], "BUILD": []}
+    for name, old, new in mutations:
+        open(f, "w").write(text.replace(old, new))
+        t0 = time.time()
+        built, so = build()
+        if built and so == base:
+            sys.exit(f"{name}: the library was not built again from the mutated source")
+        p = subprocess.run(pytest, cwd=DST, env=env, capture_output=True, text=True)
+        if not built:
+            if p.returncode == 0:
+                sys.exit(f"{name}: the library did not build, yet the tests passed")
+            status = "BUILD"
+        else:
+            status = "RED" if p.returncode else "GREEN"
+        result[status].append(name)
+        failed = [ln for ln in p.stdout.splitlines() if ln.startswith("FAILED")]
+        why = so if status == "BUILD" else failed[:1]
+        print(f"{status:5} {name}: {why} ({time.time() - t0:.0f} s)", flush=True)
+        if built and os.path.exists(so):
+            os.remove(so)  # (a mutant's library is never wanted again)
+    open(f, "w").write(text)
+    subprocess.run(["git", "-C", SRC, "worktree", "remove", "--force", DST], capture_output=True)
+    n = len(mutations)
+    killed, survived, failed = (len(result[k]) for k in ("RED", "GREEN", "BUILD"))
+    print(f"{n} mutants: {killed} killed, {survived} survived, {failed} did not build")
+    for name in result["GREEN"]:
+        print(f"  survived: {name}")
+    return 1 if result["GREEN"] else 0
 
 
 if __name__ == "__main__":
