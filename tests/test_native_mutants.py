@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_native_draws import MIX  # the Markov mix of three laws and vocabularies
 
 from brwsim import oracle as O
 from brwsim import tree_keys
@@ -215,21 +216,6 @@ def node_rows(law, keys: np.ndarray, states: np.ndarray, K: int) -> np.ndarray:
             rows = np.broadcast_to(np.asarray(sub.row_table(K)[0], np.float32), (len(keys), K))
         out[states == s] = rows[states == s]
     return out
-
-
-MIX = {
-    "states": {
-        "z": "zipf:V=50,s=1.1,s_sd=0.5",
-        "l": "temp:T=0.7,law=logitnormal:V=80,sigma=2",
-        "f": "fixed:probs=0.7/0.2/0.1",
-    },
-    "initial": {"z": 0.5, "l": 0.3, "f": 0.2},
-    "kernel": {
-        "z": [[0.6, 0.3, 0.1], [0.1, 0.2, 0.7]],
-        "l": [[0.2, 0.7, 0.1]],
-        "f": [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]],
-    },
-}
 
 
 @pytest.mark.parametrize(

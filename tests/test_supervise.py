@@ -315,6 +315,15 @@ def test_the_worker_is_set_to_die_with_its_launcher():
         _set_pdeathsig(before)
 
 
+def _end(pid: int) -> None:
+    """Kill and reap a forked worker, if it is still there."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
 def test_the_wait_gives_the_status_of_a_worker_still_running_and_0_for_one_already_reaped():
     pid = os.fork()
     if pid == 0:
@@ -324,11 +333,7 @@ def test_the_wait_gives_the_status_of_a_worker_still_running_and_0_for_one_alrea
         assert os.waitstatus_to_exitcode(_supervise._wait(pid)) == 5
         assert _supervise._wait(pid) == 0  # reaped already
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        _end(pid)
 
 
 def test_a_signal_is_forwarded_and_a_worker_already_gone_is_no_error():
@@ -344,11 +349,7 @@ def test_a_signal_is_forwarded_and_a_worker_already_gone_is_no_error():
         _supervise._forward(signal.SIGTERM, None, pid)
         assert os.waitpid(pid, 0)[1] == signal.SIGTERM
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        _end(pid)
     with open("/proc/sys/kernel/pid_max") as f:
         gone = int(f.read()) + 1  # no process has this id: kill() fails with ProcessLookupError
     _supervise._forward(signal.SIGTERM, None, gone)  # ignored

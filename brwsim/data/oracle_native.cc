@@ -21,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -1388,24 +1389,29 @@ ffi::Error OracleImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys, i
 
 }  // namespace
 
+// the outputs of a tree search (parent, depth, log P, rank, state, key words) after a binding's arguments
+template <typename Binding>
+static auto TreeOutputs(Binding binding) {
+  return std::move(binding).template Ret<ffi::Buffer<ffi::S32>>()
+      .template Ret<ffi::Buffer<ffi::S32>>()
+      .template Ret<ffi::Buffer<ffi::F32>>()
+      .template Ret<ffi::Buffer<ffi::S32>>()
+      .template Ret<ffi::Buffer<ffi::S32>>()
+      .template Ret<ffi::Buffer<ffi::U32>>();
+}
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimOracle, OracleImpl,
-                              ffi::Ffi::Bind()
+                              TreeOutputs(ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::U32>>()
                                   .Attr<int64_t>("init_kind")
                                   .Attr<int64_t>("child_kind")
                                   .Attr<int64_t>("row_kind")
                                   .Attr<int64_t>("n_init")
-                                  .Attr<int64_t>("n_hash")
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::U32>>());
+                                  .Attr<int64_t>("n_hash")));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimDrawn, DrawnImpl,
-                              ffi::Ffi::Bind()
+                              TreeOutputs(ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::U32>>()
                                   .Attr<int64_t>("kind")
@@ -1413,13 +1419,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimDrawn, DrawnImpl,
                                   .Attr<int64_t>("K")
                                   .Attr<double>("a")
                                   .Attr<double>("b")
-                                  .Attr<double>("scale")
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::U32>>());
+                                  .Attr<double>("scale")));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimDrawRows, DrawRowsImpl,
                               ffi::Ffi::Bind()
@@ -1434,17 +1434,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimDrawRows, DrawRowsImpl,
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BrwsimMarkov, MarkovImpl,
-                              ffi::Ffi::Bind()
+                              TreeOutputs(ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::U32>>()
                                   .Attr<int64_t>("K")
-                                  .Attr<ffi::Span<const double>>("params")
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::U32>>());
+                                  .Attr<ffi::Span<const double>>("params")));

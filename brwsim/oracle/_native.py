@@ -180,11 +180,8 @@ def available() -> bool:
 def built() -> bool:
     """True when the library is loaded or already built in the user cache: :func:`available` then needs no compile
     and prints nothing (for a hint that must not start a build)."""
-    with _lock:
-        if "lib" in _state:
-            return True
-        if "failed" in _state:
-            return False
+    if "lib" in _state or "failed" in _state:
+        return "lib" in _state
     cxx = compiler()
     return cxx is not None and os.path.exists(library_path(cxx))
 
