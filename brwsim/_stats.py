@@ -39,7 +39,8 @@ class Stat:
         """The mean of samples ``x`` (first axis) and its standard error (NaN for one sample)."""
         x = np.asarray(x, np.float64)
         n = x.shape[0]
-        se = float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+        with np.errstate(invalid="ignore"):  # infinite samples (a KL against a q with zeros): the se is NaN
+            se = float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
         return cls(float(x.mean()), se, n)
 
 

@@ -734,6 +734,35 @@ def test_draft_laws_by_name(tmp_path):
     Mix(w=0.5, law=fixed_law(P3)).check(fixed_law(P3))  # the same size is fine
 
 
+def test_draft_laws_at_their_float_limits():
+    """A draft law's parameter past float32's range gives the limit of its q, the same trees as a parameter far
+    enough inside it: temperature 1e-300 (1/T overflows) the point mass on p's most likely token, as at T = 1e-3
+    (0.5^1000 is 0 in float32); 1e300 the uniform law, as at 1e6 (q within 1e-6 of uniform: E[X] within 2e-6);
+    noise 1e300 the point mass on the largest normal, as at 1e6; a mixture weight within 2^-24 of 1 keeps its
+    1 - w (a finite KL, not a q of zeros). Before, T = 1e-300 gave E[X] = 0 (every log q -inf) and
+    sigma = 1e300 the same."""
+    from brwsim import simulate
+
+    def run(dl, trees=2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no overflow warnings either
+            r = simulate("fixed:probs=0.6/0.3/0.1", P=[1, 4], trees=trees, drafter="topq", draft_law=dl)
+        return [r[P].stat.mean for P in (1, 4)], r.to_dict()
+
+    assert run("temp:T=1e-300")[0] == run("temp:T=1e-3")[0] == pytest.approx([0.6, 0.6 + 0.36 + 0.216 + 0.1296])
+    np.testing.assert_allclose(run("temp:T=1e300")[0], run("temp:T=1e6")[0], atol=2e-6)
+    noisy, r = run("noise:sigma=1e300", trees=40)
+    assert noisy == run("noise:sigma=1e6", trees=40)[0] and r["draft"]["draft_law"] == "noise:sigma=1e+300"
+    assert parse_draft_law("temp:T=1e300").spec() == "temp:T=1e+300"
+    m = parse_draft_law("mix:w=0.999999999,law=fixed:probs=0.5/0.5")
+    assert m.spec() == "mix:w=0.999999999,law=fixed:probs=0.5/0.5"
+    st = draft_stats(jax.random.key(0), "fixed:probs=0.6/0.3/0.1", m, samples=64)
+    # q = 1e-9 p + (1 - 1e-9) r, r = (0.5, 0.5, 0) in a uniformly random order: the exact KL, over the 3 places of 0
+    p, w = np.array([0.6, 0.3, 0.1]), 1 - 1e-9
+    kl = [np.sum(p * np.log(p / ((1 - w) * p + w * np.insert([0.5, 0.5], j, 0.0)))) for j in range(3)]
+    assert abs(st.kl.mean - np.mean(kl)) < 4 * st.kl.se + 1e-4, (st.kl, np.mean(kl))
+
+
 def test_draft_laws_keep_zero_mass_tokens_at_zero():
     with np.errstate(divide="ignore"):
         lp = np.log(np.float32([0.5, 0.5, 0.0]))

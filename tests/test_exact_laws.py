@@ -6,6 +6,7 @@ Each statistical check has a fixed seed and a tolerance of four standard errors 
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 
 import jax
@@ -274,7 +275,9 @@ def test_check_distribution_refuses(bad):
 
 def test_monte_carlo_moments_of_a_law_without_a_closed_form():
     V, alpha = 4, 0.5
-    law = Temp(law=Dirichlet(V=V, alpha=alpha), T=1.0)  # T = 1: a Dirichlet law the code has no closed form for
+    # one ulp above T = 1: a tempered Dirichlet has no closed form in the code, and 1/T is 1 in float32 (the law
+    # draws exactly Dirichlet(alpha)'s rows)
+    law = Temp(law=Dirichlet(V=V, alpha=alpha), T=1.0 + 2**-52)
     A = V * alpha
     mu = psi(A + 1) - psi(alpha + 1)  # E[H] and E[M2] of Dirichlet(alpha 1_V), from the Beta marginals
     mu2 = (psi(alpha + 1) - psi(A + 1)) ** 2 + polygamma(1, alpha + 1) - polygamma(1, A + 1)
@@ -530,6 +533,42 @@ def test_temperature_keeps_zeros_and_reaches_its_limits():
         np.testing.assert_array_equal(np.exp(lp), [1.0, 0.0, 0.0])
     lp = np.asarray(Temp(law=fixed_law([0.5, 0.25, 0.25]), T=1e40).full_logp(None, 0))  # 1/T -> 0: uniform
     np.testing.assert_allclose(np.exp(lp), [1 / 3] * 3, rtol=1e-6)
+
+
+def test_temperature_folds_into_the_law_scale_in_float64():
+    """temp of a law with a scale of its own is that law with the scale times 1/T, multiplied in float64 and
+    rounded to float32 once: zipf at T is zipf of exponent s / T (its exact moments and deterministic tree),
+    logit-normal sigma / T, nested temperatures multiply; a scale and a temperature at opposite float32 limits
+    give their true product (the float32 of s / T, from exact rational arithmetic), not 0 * inf."""
+    from fractions import Fraction
+
+    from brwsim.laws._base import float32_scale
+
+    t = parse_law("temp:T=0.5,law=zipf:V=30,s=1")
+    z = parse_law("zipf:V=30,s=2")
+    assert t.exact_moments() == z.exact_moments() and t.deterministic
+    key = jax.random.key(1)
+    np.testing.assert_array_equal(np.asarray(t.node_logp(key, 0, 8)), np.asarray(z.node_logp(key, 0, 8)))
+    ln = parse_law("temp:T=4,law=temp:T=0.5,law=logitnormal:V=50,sigma=3")
+    np.testing.assert_array_equal(
+        np.asarray(ln.full_logp(key, 0)), np.asarray(parse_law("logitnormal:V=50,sigma=1.5").full_logp(key, 0))
+    )
+    for s in (1e-60, 1e-30, 0.7, 1e30, 1e60):
+        for T in (1e-300, 1e-40, 1e-3, 1.0, 1e3, 1e40, 1e300):
+            law = parse_law(f"temp:T={T!r},law=zipf:V=5,s={s!r}")
+            got = float32_scale(law.effective()[0].exponent)
+            ratio = Fraction(s) / Fraction(T)
+            want = math.inf if ratio > Fraction(sys.float_info.max) else float32_scale(float(ratio))
+            assert got == want or got == pytest.approx(want, rel=2e-7), (s, T, got, want)
+            p = np.exp(np.asarray(law.full_logp(None, 0), np.float64))
+            if want == math.inf:
+                assert p.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0], (s, T)
+            elif want == 0.0:
+                np.testing.assert_allclose(p, 0.2, rtol=1e-6)
+    # nested: the true product, whatever each factor's float32 (1/T = 1e300 alone is inf, 1e-300 alone 0)
+    nested = parse_law("temp:T=1e-300,law=temp:T=1e300,law=fixed:probs=0.5/0.3/0.2")
+    np.testing.assert_allclose(np.exp(np.asarray(nested.full_logp(None, 0))), [0.5, 0.3, 0.2], rtol=1e-6)
+    assert nested.effective()[1] == 0.0  # the factors cancel in float64: the fixed law itself
 
 
 def test_huge_sigma_logitnormal_is_a_uniformly_placed_point_mass():

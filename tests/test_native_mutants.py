@@ -152,14 +152,41 @@ def test_rows_are_the_documented_sampler(spec):
         np.testing.assert_allclose(row, want, rtol=1e-5, atol=1e-5, err_msg=spec)
 
 
-def test_point_mass_and_uniform_laws_stay_so():
-    """A temperature whose 1/T rounds to 0 in float32 leaves a point mass (zipf's exponent past float32's range) a
-    point mass, as the JAX kernel does; and makes a Dirichlet law uniform: -log V at each of the K < V entries kept."""
+def test_temperatures_compose_with_the_law_scale_in_float64():
+    """A temperature's 1/T and the law's own scale multiply in float64 before any float32 rounding, in both kernels:
+    zipf's exponent 1e39 at T = 1e300 is 1e-261 (uniform: -log V at each of the K entries kept), 1e-60 at T = 1e-300 is
+    1e240 (a point mass), and temperatures 1e300 and 1e-300 nested cancel (the Dirichlet law itself, not a uniform
+    row made a point mass). A temperature that makes a Dirichlet uniform keeps -log V."""
     keys = tree_keys(jax.random.key(2), 0, 3)
-    point = np.asarray(_native.draw_rows(parse_law("temp:T=1e300,law=zipf:V=30,s=1e39,s_sd=0.5"), keys, 5))
-    np.testing.assert_array_equal(point, np.broadcast_to([0.0, -np.inf, -np.inf, -np.inf, -np.inf], (3, 5)))
-    uniform = np.asarray(_native.draw_rows(parse_law("temp:T=1e300,law=dirichlet:V=7,alpha=0.5"), keys, 3))
-    np.testing.assert_allclose(uniform, -np.log(7), rtol=1e-6)
+    point = np.broadcast_to([0.0, -np.inf, -np.inf, -np.inf, -np.inf], (3, 5))
+    cases = [
+        ("temp:T=1e300,law=zipf:V=30,s=1e39,s_sd=0.5", np.full((3, 5), -np.log(30.0))),
+        ("temp:T=1e-300,law=zipf:V=30,s=1e-60", point),
+        ("temp:T=1e-300,law=zipf:V=30,s=1e-60,s_sd=0.5", point),
+        ("temp:T=1e-300,law=logitnormal:V=30,sigma=1e-60", point),
+        ("temp:T=1e300,law=dirichlet:V=7,alpha=0.5", np.full((3, 3), -np.log(7.0))),
+    ]
+    for spec, want in cases:
+        law = parse_law(spec)
+        native = np.asarray(_native.draw_rows(law, keys, want.shape[1]))
+        jax_rows = np.stack([np.asarray(law.node_logp(k, 0, want.shape[1])) for k in keys])
+        for rows in (native, jax_rows):
+            np.testing.assert_allclose(rows, want, rtol=1e-6, err_msg=spec)
+    nested = parse_law("temp:T=1e-300,law=temp:T=1e300,law=dirichlet:V=7,alpha=0.5")
+    plain = parse_law("dirichlet:V=7,alpha=0.5")
+    assert nested.native_program() == plain.native_program() and nested.exact_moments() == plain.exact_moments()
+    np.testing.assert_array_equal(
+        np.asarray(_native.draw_rows(nested, keys, 7)), np.asarray(_native.draw_rows(plain, keys, 7))
+    )
+
+
+def test_point_mass_splits_among_tied_largest_entries():
+    """1/T past float32 on a row with tied largest entries: the limit of p^(1/T), equal shares among the ties, in
+    JAX kernel, where rows with explicit ties (fixed, pool) meet a temperature (the native kernel serves no such
+    law; a drawn row's largest entries tie with probability 0 but for float32 rounding)."""
+    law = parse_law("temp:T=1e-300,law=fixed:probs=0.4/0.2/0.4")
+    assert np.exp(np.asarray(law.full_logp(None, 0))).tolist() == [0.5, 0.5, 0.0]  # the row as fixed keeps it
+    assert np.exp(np.asarray(law.node_logp(None, 0, 3))).tolist() == [0.5, 0.5, 0.0]
 
 
 # -- the search, the keys and the states, node by node -------------------------------------------------------------

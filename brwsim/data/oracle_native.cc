@@ -758,8 +758,9 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
 //   log G'_i + log U_i with G'_i ~ Gamma(alpha + 1), scaled by 1/alpha below); candidates are taken in counter order,
 //   the accepted ones fill the row in order; logitnormal: w_i = Z_i; zipf: w_i = -log(i + 1) (a table), the node's
 //   exponent s exp(s_sd Z) from normal 0. Then log p_i = c (w_i - max w) - log sum_j exp(c (w_j - max w)), with c
-//   the law's scale (1/alpha, sigma, the exponent, times 1/T per temperature; c = inf: the point mass on the first
-//   largest entry, c = 0: uniform), and the K largest entries kept: selection by a running threshold, then only the
+//   the law's scale (1/alpha, sigma, the exponent; a temperature's 1/T folded in by the law in float64; c = inf:
+//   the point mass on the first largest entry (a drawn row's largest entries tie with probability 0 but for float32
+//   rounding), c = 0: uniform), and the K largest entries kept: selection by a running threshold, then only the
 //   first SORTED0 of them sorted (the search sorts further, sort_more, when it reaches them). Uniforms: (0, 1] as
 //   (w >> 1) 2^-31 + 2^-32 (radius and acceptance), [0, 1) as (w >> 8) 2^-24 (the angle). log, exp, sin and cos
 //   are float32 polynomials (Cephes), branch-free so that the loops vectorise.

@@ -16,10 +16,12 @@ Families (SPEC ``family:key=value,...``): ``exact`` (q = p), ``noise:sigma=S``
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._keys import Stream, dist_key, draft_key, state_key, stream_key
 from .._registry import data_field, registrar
@@ -31,6 +33,10 @@ from ..laws import Law, parse_law
 DRAFT_LAWS: dict[str, type] = {}  # SPEC family -> draft-law class
 register = registrar(DRAFT_LAWS)
 EXAMPLES = "exact, noise:sigma=0.5, temp:T=1.5, mix:w=0.3,law=dirichlet:V=1000,alpha=0.1"
+
+
+NOISE_MAX = 1e30  # noise past it: q is the point mass on the largest N(0, 1) variate, as at 1e30, in float32
+TEMP_MAX = float(np.finfo(np.float32).max)  # above it the uniform law on the support, as at float32's largest
 
 
 def _normalise(lq):
@@ -79,16 +85,18 @@ class Exact(DraftLaw):
 class Noise(DraftLaw):
     """log q = log p + sigma * N(0, 1) per token, renormalised."""
 
-    sigma: float = data_field(default=0.5)
+    sigma: float = data_field(default=0.5)  # at most NOISE_MAX (past it q is the same point mass in float32)
+    given: float | None = None  # the SPEC's sigma, when it was above NOISE_MAX
 
     spec_keys = ({"sigma"}, set())
 
     @classmethod
     def from_spec(cls, spec: Spec) -> Noise:
-        return cls(sigma=number(spec, "sigma", lo=0))
+        sigma = number(spec, "sigma", lo=0)
+        return cls(sigma=min(sigma, NOISE_MAX), given=sigma if sigma > NOISE_MAX else None)
 
     def spec(self) -> str:
-        return f"noise:sigma={self.sigma:g}"
+        return f"noise:sigma={self.sigma if self.given is None else self.given:g}"
 
     def logq(self, key, lp):
         z = jax.random.normal(key, lp.shape, lp.dtype)
@@ -99,20 +107,25 @@ class Noise(DraftLaw):
 class Temp(DraftLaw):
     """q proportional to p^(1/T)."""
 
-    T: float = data_field(default=1.0)
+    T: float = data_field(default=1.0)  # at most float32's largest (past it q is the same uniform law in float32)
+    given: float | None = None  # the SPEC's T, when it was above that
 
     spec_keys = ({"T"}, set())
     deterministic = True
 
     @classmethod
     def from_spec(cls, spec: Spec) -> Temp:
-        return cls(T=number(spec, "T", lo=0, lo_open=True))
+        T = number(spec, "T", lo=0, lo_open=True)
+        return cls(T=min(T, TEMP_MAX), given=T if T > TEMP_MAX else None)
 
     def spec(self) -> str:
-        return f"temp:T={self.T:g}"
+        return f"temp:T={self.T if self.given is None else self.given:g}"
 
     def logq(self, key, lp):
-        return _normalise(jnp.where(jnp.isfinite(lp), lp / self.T, -jnp.inf))
+        # centred first, the largest entries kept at 0: a T that rounds to 0 in float32 gives the point mass on the
+        # most likely token (split among ties), the limit of p^(1/T), not 0 / 0
+        y = lp - jnp.max(lp)
+        return _normalise(jnp.where(jnp.isfinite(lp), jnp.where(y < 0, y / self.T, 0.0), -jnp.inf))
 
 
 @register("mix")
@@ -122,6 +135,8 @@ class Mix(DraftLaw):
     w: float = data_field(default=0.5)
     law: Law = data_field(default=None)
     law_text: str = ""
+    # (log(1 - w), log w) from the float64 w, so a w within 2^-24 of 1 keeps its 1 - w (None: from w in float32)
+    log_weights: jax.Array | None = data_field(default=None)
 
     spec_keys = ({"w", "law"}, set())
 
@@ -134,10 +149,13 @@ class Mix(DraftLaw):
         second = parse_law(text)
         if not second.is_iid:
             raise BrwsimError(f"{spec.where}: the second law of a mixture must be i.i.d., not Markov")
-        return cls(w=w, law=second, law_text=text)
+        with np.errstate(divide="ignore"):  # w = 0: log w = -inf, q = p
+            weights = np.array([math.log1p(-w), np.log(w)], np.float32)
+        return cls(w=w, law=second, law_text=text, log_weights=jnp.asarray(weights))
 
     def spec(self) -> str:
-        return f"mix:w={self.w:g},law={self.law_text}"
+        w = float(self.w)
+        return f"mix:w={w:g},law={self.law_text}" if float(f"{w:g}") == w else f"mix:w={w!r},law={self.law_text}"
 
     def logq(self, key, lp):
         kr, kp = jax.random.split(key)
@@ -148,7 +166,8 @@ class Mix(DraftLaw):
         lr = jax.random.permutation(kp, lr)
         # <= 0 like every log-probability (log1p(-w) + log w terms can round above 0 where both laws put all
         # their mass on one token; a positive log q would let a child outscore its parent in a drafter's search)
-        return jnp.minimum(jnp.logaddexp(jnp.log1p(-self.w) + lp, jnp.log(self.w) + lr), 0.0)
+        lk, lw = (jnp.log1p(-self.w), jnp.log(self.w)) if self.log_weights is None else self.log_weights
+        return jnp.minimum(jnp.logaddexp(lk + lp, lw + lr), 0.0)
 
     def check(self, law: Law) -> None:
         if self.law.vocab > law.vocab:

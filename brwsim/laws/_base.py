@@ -14,6 +14,8 @@ ranked by token index, smaller first (the order of ``lax.top_k``):
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import ClassVar, NamedTuple
 
 import jax
@@ -28,6 +30,8 @@ from ._draw import draw_index
 
 PROB_TOL = 1e-6  # how far from 1 a user-given distribution may sum
 VOCAB_MAX = 2**31 - 1  # token indices are int32
+SMALLEST = 5e-324  # the smallest positive float64
+LOG_SMALLEST = math.log(SMALLEST)
 
 LAWS: dict[str, type] = {}  # SPEC family -> law class (read by parse_law)
 register = registrar(LAWS)
@@ -74,14 +78,22 @@ class NativeMarkov(NamedTuple):
     vocabs: tuple[int, ...]
 
 
-def compose_scale(c: float, factor: float) -> float:
-    """``c * factor`` as float32 with scale_logits' limits: a point mass (inf) and the uniform law (0) stay so."""
+def scale_from_log(log_c: float) -> float:
+    """``exp(log_c)`` in float64, held inside the positive finite floats: past either end the nearest one, whose
+    float32 is 0 (the uniform law over the support) or inf (a point mass), the limit of the scale."""
+    if log_c < LOG_SMALLEST:
+        return SMALLEST
+    try:
+        return math.exp(log_c)
+    except OverflowError:
+        return sys.float_info.max
+
+
+def float32_scale(c: float) -> float:
+    """A scale ``c > 0`` (a Python float) as float32, rounded as :func:`scale_logits` rounds it: past float32's
+    largest, inf (a point mass); below its smallest, 0 (the uniform law)."""
     with np.errstate(over="ignore"):
-        c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
-        f32 = np.float32(np.inf) if factor > float(np.finfo(np.float32).max) else np.float32(factor)
-        if np.isinf(c32) or c32 == 0:
-            return float(c32)
-        return float(c32 * f32)
+        return float(np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c))
 
 
 def topk_sorted(logp: jax.Array, K: int) -> jax.Array:
@@ -126,17 +138,19 @@ def scale_logits(y: jax.Array, c: float) -> jax.Array:
 
     ``c`` (a Python number or a traced float32 scalar) in float32 may round
     to 0 (all finite entries become 0: uniform over the support) or to inf
-    (every entry below the largest becomes ``-inf``: a point mass); ``-inf`` entries stay ``-inf`` and 0 stays 0, so no
-    ``0 * inf`` or ``inf / inf`` can make a NaN.
+    (every entry below the largest becomes ``-inf``: a point mass, split among
+    ties); ``-inf`` entries stay ``-inf`` and 0 stays 0, so no ``0 * inf`` or
+    ``inf / inf`` can make a NaN.
     """
     if isinstance(c, (int, float)):
         c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
     else:  # traced: float32 arithmetic already overflows to inf and underflows to 0
         c32 = jnp.asarray(c, jnp.float32)
     scaled = jnp.where(y == 0, 0.0, jnp.where(jnp.isneginf(y), -jnp.inf, y * c32))
-    # c = inf is the point mass on the largest entry, found by argmax: under XLA a value computed in two
-    # fusions (here the row's max and its entries) may differ in its last bits, so ``y == 0`` may hold nowhere
-    top = jnp.arange(y.shape[-1]) == jnp.argmax(y, axis=-1, keepdims=True)
+    # c = inf is the point mass on the largest entry, split equally among entries tied at 0 (the limit of
+    # p^c / sum p^c); the first largest by argmax is always kept: under XLA a value computed in two fusions (here
+    # the row's max and its entries) may differ in its last bits, so ``y == 0`` may hold nowhere
+    top = (jnp.arange(y.shape[-1]) == jnp.argmax(y, axis=-1, keepdims=True)) | (y == 0)
     return jnp.where(jnp.isposinf(c32), jnp.where(top, 0.0, -jnp.inf), scaled)
 
 
@@ -292,6 +306,14 @@ class Law:
         return sum(sub.table_bytes() for sub in self.sub_laws()) if self.sub_laws() != (self,) else 0
 
     # -- the spine: one step of the target's own continuation from a fresh node of this (i.i.d.) law
+
+    def tempered(self, log_inv_T: float) -> Law | None:
+        """This law at temperature T (every node's p replaced by p^(1/T) / sum p^(1/T)), ``log_inv_T = -log T``,
+        as a law of its own family whose scale absorbs 1/T in float64 (zipf's exponent, logit-normal's sigma, a
+        Dirichlet's 1/alpha), rounded to float32 once: a scale and a temperature at opposite float32 limits then
+        give their true product, as the law says. None for a law with no scale of its own (``temp`` then
+        scales its rows)."""
+        return None
 
     def spine_tables(self) -> dict:
         """Host-computed tables :meth:`spine_step` reads (cumulative probabilities); none by default."""

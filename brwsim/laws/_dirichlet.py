@@ -11,7 +11,16 @@ from scipy.special import polygamma, psi
 
 from .._registry import data_field
 from .._spec import Spec, number
-from ._base import Law, NativeDrawn, compose_scale, log_normalize, register, scale_logits, vocab_size
+from ._base import (
+    Law,
+    NativeDrawn,
+    float32_scale,
+    log_normalize,
+    register,
+    scale_from_log,
+    scale_logits,
+    vocab_size,
+)
 
 ALPHA_MAX = 1e20  # (V - 1) alpha stays far inside float32 in the Gamma sampler (the law is uniform long before)
 ALPHA_TINY = 1e-30  # below it log(U) / alpha may overflow float32: the scaled sampler (Dirichlet.full_logp)
@@ -33,6 +42,9 @@ class Dirichlet(Law):
     # with_data_params: alpha's float32 constants as data (None: from the static alpha); alpha is then a stand-in
     # with the same branches (tiny, below 1, (V - 1) alpha below 1)
     consts: jax.Array | None = data_field(default=None)
+    # at temperature T (Law.tempered): -log T, its 1/T folded into the weights' scale (0: the law itself); in a
+    # data form 1.0 stands for any T, whose scale is then the last of ``consts``
+    log_inv_T: float = 0.0
 
     spec_keys = ({"V", "alpha"}, set())
 
@@ -42,7 +54,8 @@ class Dirichlet(Law):
         return cls(V=vocab_size(spec), alpha=alpha)
 
     def spec(self) -> str:
-        return f"dirichlet:V={self.V},alpha={self.alpha:g}"
+        base = f"dirichlet:V={self.V},alpha={self.alpha:g}"
+        return f"temp:T={math.exp(-self.log_inv_T):g},law={base}" if self.log_inv_T else base
 
     @property
     def vocab(self) -> int:
@@ -53,34 +66,52 @@ class Dirichlet(Law):
         if self.alpha < ALPHA_TINY:
             # Gamma(alpha) = Gamma(alpha + 1) U^(1/alpha): log G = w / alpha with w = alpha x + log U
             w = alpha_scaled_log_gamma(key, self.alpha, (self.V,), None if k is None else (k[0], (k[2], k[3], k[4])))
-            return log_normalize(scale_logits(w - jnp.max(w), 1.0 / self.alpha if k is None else k[1]))
-        return log_normalize(log_gamma_variates(key, self.alpha, (self.V,), None if k is None else (k[0], _at(k, 2))))
+            return log_normalize(scale_logits(w - jnp.max(w), self._tiny_scale() if k is None else k[1]))
+        lg = log_gamma_variates(key, self.alpha, (self.V,), None if k is None else (k[0], _at(k, 2)))
+        if not self.log_inv_T:
+            return log_normalize(lg)
+        return log_normalize(scale_logits(lg - jnp.max(lg), scale_from_log(self.log_inv_T) if k is None else k[-1]))
+
+    def _tiny_scale(self) -> float:
+        """The weights' scale below alpha = 1 in float64: 1/alpha, at temperature T 1/(alpha T)."""
+        if not self.log_inv_T:
+            return 1.0 / self.alpha
+        return scale_from_log(self.log_inv_T - math.log(self.alpha))
+
+    def tempered(self, log_inv_T: float) -> Dirichlet | None:
+        # p^(1/T) with p = G / sum G: softmax(log G / T), the Gamma draws' log-weights scaled by 1/T
+        if self.consts is not None:
+            return None
+        return Dirichlet(V=self.V, alpha=self.alpha, log_inv_T=self.log_inv_T + log_inv_T)
 
     def with_data_params(self) -> Dirichlet:
         a, V = self.alpha, self.V
         small2 = (V - 1) * a < 1
         stand_in = ALPHA_TINY / 10 if a < ALPHA_TINY else (ALPHA_TINY if small2 else 0.5) if a < 1 else 1.0
         a2 = (V - 1) * a
-        consts = [np.float32(a), np.float32(np.inf) if 1.0 / a > float(np.finfo(np.float32).max) else 1.0 / a]
+        consts = [np.float32(a), float32_scale(self._tiny_scale())]
         consts += _gamma_consts(a + 1.0 if a < 1 else a) + _gamma_consts(a + 1.0)
         consts += [np.float32(a2)] + _gamma_consts(a2 + 1.0 if a2 < 1 else a2) if V > 1 else [0.0] * 4
-        return Dirichlet(V=V, alpha=stand_in, consts=jnp.asarray(np.array(consts, np.float32)))
-
-    def native_program(self) -> NativeDrawn:
-        return NativeDrawn(
-            "dirichlet", a=self.alpha, scale=compose_scale(1.0 / self.alpha, 1.0) if self.alpha < 1 else 1.0
+        if self.log_inv_T:
+            consts.append(float32_scale(scale_from_log(self.log_inv_T)))
+        return Dirichlet(
+            V=V, alpha=stand_in, consts=jnp.asarray(np.array(consts, np.float32)), log_inv_T=float(bool(self.log_inv_T))
         )
 
+    def native_program(self) -> NativeDrawn:
+        scale = self._tiny_scale() if self.alpha < 1 else scale_from_log(self.log_inv_T)
+        return NativeDrawn("dirichlet", a=self.alpha, scale=float32_scale(scale))
+
     def exact_moments(self):
-        return dirichlet_moments(self.V, self.alpha)
+        return None if self.log_inv_T else dirichlet_moments(self.V, self.alpha)
 
     def costly_spine_step(self, need_rank: bool) -> bool:
-        return need_rank
+        return need_rank or bool(self.log_inv_T)
 
     def spine_step(self, tables, key, need_rank, need_H, exact):
         """Without ranks, O(1): the chosen child's probability is Beta(alpha + 1, (V - 1) alpha) (the
         size-biased pick, docs/theory.md "Moments"), and H, M2 are replaced by their means mu, mu_2."""
-        if need_rank:
+        if need_rank or self.log_inv_T:
             return super().spine_step(tables, key, need_rank, need_H, exact)
         k1, k2 = jax.random.split(key)
         k = self.consts

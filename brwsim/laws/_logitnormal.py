@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
 from .._registry import data_field
 from .._spec import Spec, number
-from ._base import Law, NativeDrawn, compose_scale, log_normalize, register, scale_logits, vocab_size
+from ._base import Law, NativeDrawn, float32_scale, log_normalize, register, scale_from_log, scale_logits, vocab_size
 
 
 @register("logitnormal")
@@ -42,7 +44,13 @@ class LogitNormal(Law):
         return log_normalize(scale_logits(z - jnp.max(z), self.sigma if self.scale is None else self.scale))
 
     def with_data_params(self) -> LogitNormal:
-        return LogitNormal(V=self.V, sigma=0.0, scale=jnp.float32(compose_scale(self.sigma, 1.0)))
+        return LogitNormal(V=self.V, sigma=0.0, scale=jnp.float32(float32_scale(self.sigma)))
 
     def native_program(self) -> NativeDrawn:
-        return NativeDrawn("logitnormal", scale=compose_scale(self.sigma, 1.0))
+        return NativeDrawn("logitnormal", scale=float32_scale(self.sigma))
+
+    def tempered(self, log_inv_T: float) -> LogitNormal | None:
+        # p^(1/T) of softmax(sigma z) is softmax((sigma / T) z)
+        if self.scale is not None:
+            return None
+        return LogitNormal(V=self.V, sigma=scale_from_log(math.log(self.sigma) + log_inv_T))

@@ -3,19 +3,33 @@
 SPEC: ``temp:T=0.7,law=dirichlet:V=1000,alpha=0.1`` (``law=`` last; the inner
 law must be i.i.d.). The synthetic counterpart of ``brwsim llm
 --temperature T``: the same transform on every node (docs/llm.md,
-"Temperature"). Moments are by Monte Carlo.
+"Temperature"). A law with a scale of its own (zipf's exponent, logit-normal's
+sigma, Dirichlet's weights) takes 1/T into it in float64, so a zipf or Dirichlet
+law at a temperature keeps its own sampler and, where the law has them, its
+exact moments; any other law's rows are scaled (moments by Monte Carlo).
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._registry import data_field
 from .._spec import Spec, number
 from ..errors import BrwsimError
-from ._base import Law, NativeDrawn, compose_scale, log_normalize, parse_law, register, scale_logits
+from ._base import (
+    Law,
+    NativeDrawn,
+    NativeIndexed,
+    float32_scale,
+    log_normalize,
+    parse_law,
+    register,
+    scale_from_log,
+    scale_logits,
+)
 
 
 @register("temp")
@@ -51,21 +65,64 @@ class Temp(Law):
     def vocab(self) -> int:
         return self.law.vocab
 
+    def effective(self) -> tuple[Law, float | None]:
+        """``(law, log_inv_T)``: the law this temperature comes to and the log of the inverse temperature still to
+        apply to its rows. Nested temperatures add their -log T; a law with a scale of its own absorbs the sum
+        (:meth:`Law.tempered`, in float64, rounded to float32 once), leaving 0.0. None for the data form (its
+        factor is data)."""
+        if self.inv is not None:
+            return self.law, None
+        law, log_inv_T = self.law, -math.log(self.T)
+        while isinstance(law, Temp) and law.inv is None:
+            law, log_inv_T = law.law, log_inv_T - math.log(law.T)
+        if log_inv_T == 0.0:
+            return law, 0.0
+        folded = law.tempered(log_inv_T)
+        return (law, log_inv_T) if folded is None else (folded, 0.0)
+
     def full_logp(self, key, state):
-        lp = self.law.full_logp(key, state)
-        return log_normalize(scale_logits(lp - jnp.max(lp), 1.0 / self.T if self.inv is None else self.inv))
+        if self.inv is not None:  # the data form: the factor as data
+            lp = self.law.full_logp(key, state)
+            return log_normalize(scale_logits(lp - jnp.max(lp), self.inv))
+        law, log_inv_T = self.effective()
+        if log_inv_T == 0.0:
+            return law.full_logp(key, state)
+        lp = law.full_logp(key, state)
+        return log_normalize(scale_logits(lp - jnp.max(lp), scale_from_log(log_inv_T)))
 
-    def with_data_params(self) -> Temp:
-        # 1/T rounded to float32 as scale_logits rounds a Python number (past float32's largest: inf, a point mass)
-        c = 1.0 / self.T
-        c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
-        return Temp(law=self.law.with_data_params(), T=1.0, inv=jnp.asarray(c32, jnp.float32))
+    def node_logp(self, key, state, K: int):
+        law, log_inv_T = self.effective()
+        return law.node_logp(key, state, K) if log_inv_T == 0.0 else super().node_logp(key, state, K)
 
-    def native_program(self) -> NativeDrawn | None:
-        inner = self.law.native_program()
-        if not isinstance(inner, NativeDrawn):
-            return None
-        return inner._replace(scale=compose_scale(inner.scale, 1.0 / self.T))
+    def with_data_params(self) -> Law:
+        law, log_inv_T = self.effective()
+        if log_inv_T == 0.0:
+            return law.with_data_params()
+        # the factor rounded to float32 as scale_logits rounds a Python number
+        inv = jnp.asarray(float32_scale(scale_from_log(log_inv_T)), jnp.float32)
+        return Temp(law=law.with_data_params(), T=1.0, law_text=self.law_text, inv=inv)
+
+    def native_program(self) -> NativeIndexed | NativeDrawn | None:
+        law, log_inv_T = self.effective()
+        return law.native_program() if log_inv_T == 0.0 else None
+
+    def exact_moments(self):
+        law, log_inv_T = self.effective()
+        return law.exact_moments() if log_inv_T == 0.0 else None
+
+    def spine_tables(self) -> dict:
+        law, log_inv_T = self.effective()
+        return law.spine_tables() if log_inv_T == 0.0 else {}
+
+    def costly_spine_step(self, need_rank: bool) -> bool:
+        law, log_inv_T = self.effective()
+        return law.costly_spine_step(need_rank) if log_inv_T == 0.0 else True
+
+    def spine_step(self, tables, key, need_rank, need_H, exact):
+        law, log_inv_T = self.effective()
+        if log_inv_T == 0.0:
+            return law.spine_step(tables, key, need_rank, need_H, exact)
+        return super().spine_step(tables, key, need_rank, need_H, exact)
 
     @property
     def deterministic(self) -> bool:

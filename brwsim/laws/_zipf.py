@@ -11,7 +11,7 @@ import numpy as np
 from .._moments import entropy_moments
 from .._registry import data_field
 from .._spec import Spec, number
-from ._base import Law, NativeDrawn, log_normalize, register, scale_logits, vocab_size
+from ._base import Law, NativeDrawn, log_normalize, register, scale_from_log, scale_logits, vocab_size
 from ._fixed import cdf_step, cdf_tables
 
 S_SD_MAX = 1e30  # s_sd * N(0, 1) stays finite in float32
@@ -77,6 +77,12 @@ class Zipf(Law):
 
     def native_program(self) -> NativeDrawn:
         return NativeDrawn("zipf", a=self.exponent, b=self.s_sd)
+
+    def tempered(self, log_inv_T: float) -> Zipf | None:
+        # p^(1/T) of a Zipf law is the Zipf law of exponent s / T (a node's random exponent s_u / T: the same s_sd)
+        if self.s32 is not None or self.params is not None:
+            return None
+        return Zipf(V=self.V, s=scale_from_log(math.log(self.s) + log_inv_T), s_sd=self.s_sd)
 
     @property
     def deterministic(self) -> bool:
