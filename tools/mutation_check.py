@@ -26,6 +26,9 @@ a detached git worktree of HEAD, runs the tests (``-x``: the first failure
 ends it) and prints RED (some test caught it) or GREEN (nothing did: a gap in
 the suite). The worktree is removed at the end.
 
+``mutmut-sample`` on a module with no scratch copy yet makes one first (mutmut generates the mutants and collects
+the tests' coverage, and runs none), so that a module too large to run in full is only sampled.
+
 ``native`` does the same for the native kernel's C++ source (``NATIVE_MUTATIONS``: each a one-line mistake in
 brwsim/data/oracle_native.cc; NAMEs: only the mutants whose name contains one of them) against its tests
 (``NATIVE_TESTS``). The library is built again for each mutant (its cache key is the source) into a scratch cache
@@ -302,6 +305,18 @@ MODULES = {
     # `brwsim reproduce`: the arguments' checks, the experiments run in order, REPORT.md written or updated
     # (tests/test_experiments.py's report test runs two experiments in quick mode: about 35 s a mutant it reaches)
     "reproduce": (["brwsim/reproduce.py"], ["tests/test_reproduce_module.py", "tests/test_experiments.py"]),
+    # the run over several processes (the group, the coordinator's address, the peer watch, the fault's line, the
+    # collectives): its tests in-process (tests/test_processes.py starts processes only, so mutmut would run none)
+    "_processes": (["brwsim/_processes.py"], ["tests/test_peer_faults.py", "tests/test_processes_mutants.py"]),
+    # the `brwsim` command's parsing, tables and subcommands, called in-process (not tests/test_cli.py's
+    # subprocess tests: mutmut runs only the tests whose calls reach the mutated function in the test process)
+    "cli": (["brwsim/cli/*"], ["tests/test_cli_mutants.py", "tests/test_cli.py"]),
+    # the real-model side: sources, drafters, measurement, speculative decoding, results (a sample: about 7,650
+    # lines); every test file of tests/llm (the shipped model loaded once per mutant by the tests that use it)
+    "llm": (
+        ["brwsim/llm/*"],
+        sorted(os.path.relpath(p, SRC) for p in glob.glob(f"{SRC}/tests/llm/**/test_*.py", recursive=True)),
+    ),
 }
 
 
@@ -324,6 +339,7 @@ def _scratch(module: str, before: bool) -> str:
     return os.path.join(tempfile.gettempdir(), f"brwsim-mutmut-{module}{'-before' if before else ''}")
 
 
+NO_MUTANT = "brwsim.no_such_module.x_none__mutmut_0"  # a name no mutant has: `mutmut run` generates, collects, stops
 NOT_KILLED = (0, 2, 5, 33, 36, 24, -24, 152, 255)  # mutmut's exit codes: survived, interrupted, no tests, timeout
 
 
@@ -339,11 +355,16 @@ def recheck_mutmut(
     ``before``: the scratch copy of ``mutmut MODULE --before`` (the module's own test files) instead.
     """
     dst = _scratch(module, before)
+    if sample is not None and not os.path.isdir(os.path.join(dst, "mutants")):  # no run yet: mutants and stats only
+        dst, _ = _make_scratch(module, before)
+        _mutmut_in(dst, module, [], time.time(), names=[NO_MUTANT])  # (mutmut then refuses the name: nothing runs)
     _sync(dst)
     tests = MODULES[module][1] if before else EXACT
     for t in tests:  # (an exact test file newer than the scratch copy is copied but not selected)
+        data = glob.glob(os.path.join(SRC, t[: -len(".py")] + "_*.txt"))  # a test file's expected outputs
         for d in (dst, os.path.join(dst, "mutants")):
-            shutil.copy(os.path.join(SRC, t), os.path.join(d, t))
+            for f in [os.path.join(SRC, t), *data]:
+                shutil.copy(f, os.path.join(d, os.path.relpath(f, SRC)))
     rerun, unchecked = [], []
     equivalent = _listed("Equivalent") if unlisted else {}
     for meta in glob.glob(os.path.join(dst, "mutants", "**", "*.meta"), recursive=True):

@@ -1,0 +1,573 @@
+"""brwsim/cli in the test process: tests written against the survivors of a random sample of mutmut's mutants
+(docs/testing.md, "The command line"). No model is loaded and no tree is simulated: the slow calls a command
+makes (simulate, a real-model run, a drafter's measurement) are replaced by recorders."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import math
+import os
+import signal
+import types
+from pathlib import Path
+
+import pytest
+
+from brwsim import _interrupts as interrupts
+from brwsim.cli import _args, _laws, _llm, _plan, _reproduce, _simulate, _table, build_parser, main
+from brwsim.errors import BrwsimError
+from brwsim.laws import parse_law
+from brwsim.llm.results import run_from_dict
+from brwsim.speedup import DraftCost, TableCost
+
+GOLDEN = Path(__file__).with_name("test_cli_mutants_options.txt")
+
+
+def _options() -> str:
+    """Every option of ``brwsim`` and its subcommands, one line each: its names, destination, default, type,
+    choices, whether required, and its help text as written (not wrapped to a terminal's width)."""
+    lines = []
+    top = build_parser()
+    parsers = [("brwsim", top)]
+    for a in top._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            parsers += [(f"brwsim {name}", p) for name, p in a.choices.items()]
+            lines += [f"brwsim: subcommand {c.dest}: {c.help}" for c in a._choices_actions]
+    for name, p in parsers:
+        defaults = sorted(
+            (k, f"{v.__module__}.{v.__qualname__}" if callable(v) else repr(v)) for k, v in p._defaults.items()
+        )
+        lines.append(f"{name}: prog {p.prog}, defaults {defaults}")
+        lines += [f"{name}: group {g.title!r}: {[a.dest for a in g._group_actions]}" for g in p._action_groups]
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                continue
+            kind = getattr(a.type, "__name__", a.type)
+            lines.append(f"{name}: {' '.join(a.option_strings)} -> {a.dest} = {a.default!r} ({type(a).__name__}, "
+                         f"type {kind}, choices {a.choices}, required {a.required}): {a.help}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def test_every_option_its_default_and_help_are_as_written():
+    # regenerate after a deliberate change: BRWSIM_WRITE_OPTIONS=1 pytest tests/test_cli_mutants.py
+    if os.environ.get("BRWSIM_WRITE_OPTIONS"):
+        GOLDEN.write_text(_options())
+    assert _options() == GOLDEN.read_text()
+
+
+def test_the_parser_knows_every_subcommand():
+    assert build_parser().parse_args(["laws", "--law", "fixed:probs=1"]).cmd == "laws"
+
+
+def test_a_command_line_is_parsed_into_each_option():
+    p = build_parser()
+    args = p.parse_args(["--coordinator", "h:5", "--num-processes", "2", "--process-id", "1", "--join-timeout", "9",
+                         "--heartbeat-timeout", "4", "plan", "--law", "fixed:probs=1", "--from-json", "f.json",
+                         "--bytes-per-param", "1", "--draft-tokens", "3", "--hardware", "h100"])  # fmt: skip
+    assert (args.coordinator, args.num_processes, args.process_id, args.join_timeout, args.heartbeat_timeout) == (
+        "h:5", 2, 1, 9, 4)  # fmt: skip
+    assert (args.law, args.from_json, args.bytes_per_param, args.draft_tokens, args.hardware) == (
+        "fixed:probs=1", "f.json", 1.0, 3, "h100")  # fmt: skip
+    args = p.parse_args(["reproduce", "--seed", "3", "--only", "a,b", "--budget-seconds", "2.5", "--quick"])
+    assert (args.seed, args.only, args.budget_seconds, args.quick) == (3, "a,b", 2.5, True)
+
+
+# --- tables ----------------------------------------------------------------------------------------------------
+
+
+def test_numbers_in_a_table():
+    assert (
+        _table.fmt(None) == "        -" and _table.fmt(math.nan) == "        -" and _table.fmt(math.inf) == "      inf"
+    )
+    assert _table.fmt(1.5) == "   1.5000" and _table.fmt(2, 5) == "2.0000" and _table.fmt(None, 3) == "  -"
+
+
+def test_the_notes_name_each_group_and_the_renewal_form_only_where_it_is():
+    groups = [("bounds", ["dual", "splitting"]), ("iid_only", ["renewal"])]
+    assert _table.bound_notes(groups) == [
+        "[dual, splitting] " + _table.RIGOROUS_NOTE,
+        "[renewal] " + _table.IID_ONLY_NOTE,
+    ]
+    assert _table.bound_notes([("bounds", ["dual", "renewal"])]) == [
+        "[dual, renewal] " + _table.RIGOROUS_NOTE + _table.RENEWAL_NOTE
+    ]
+
+
+def test_emit_prints_strict_json_or_the_table(capsys):
+    d = {"results": [{"P": 2, "mean": 1.5, "ci95": math.nan}]}
+    assert _args.emit(types.SimpleNamespace(json=True), d, None) == 0
+    assert json.loads(capsys.readouterr().out) == {"results": [{"P": 2, "mean": 1.5, "ci95": None}]}
+    shown = []
+    assert _args.emit(types.SimpleNamespace(json=False), d, shown.append) == 0
+    assert shown == [d] and capsys.readouterr().out == ""
+
+
+def _simulated(**extra) -> dict:
+    row = {"P": 4, "mean": 1.25, "ci95": 0.125, "bounds": {"dual": 2.5}}
+    return {"law": "fixed:probs=0.5/0.5", "mu": 0.5, "mu_se": 0.0, "mu2": 0.25, "mu2_se": 0.01, "trees": 10,
+            "seed": 3, "convention": "X = accepted draft tokens", "results": [row]} | extra  # fmt: skip
+
+
+def test_a_simulation_table_names_its_drafter():
+    out = io.StringIO()
+    _simulate.print_table(_simulated(drafter="chain", iid=False), out)
+    head = out.getvalue().splitlines()[0]
+    assert head == "law fixed:probs=0.5/0.5   drafter chain   (Markov law: mu, mu_2 are the spine's long-run values)"
+    out = io.StringIO()
+    _simulate.print_table(_simulated(), out)
+    assert out.getvalue().splitlines()[0] == "law fixed:probs=0.5/0.5   drafter oracle   (i.i.d. law)"
+    assert out.getvalue().splitlines()[1] == ("mu = 0.5000 (exact) nats, mu_2 = 0.2500 +- 0.0196 nats^2   trees 10, "
+                                              "seed 3")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "sig,by,want", [(None, None, ""), (15, None, " by SIGTERM"), (1, 2, " by SIGHUP (sent to process 2)")]
+)
+def test_an_interrupt_names_its_signal_and_the_process_it_was_sent_to(monkeypatch, sig, by, want):
+    monkeypatch.setitem(interrupts._STATE, "signal", sig)
+    monkeypatch.setitem(interrupts._STATE, "by", by)
+    assert _simulate.interrupted_by() == want
+
+
+def test_simulate_passes_every_option_on(monkeypatch, capsys):
+    seen = {}
+
+    def simulate(law, **kw):
+        seen.update(kw, law=law)
+        d = _simulated()
+        return types.SimpleNamespace(to_dict=lambda: d, interrupted=False, seconds=0.25)
+
+    monkeypatch.setattr(_simulate, "simulate", simulate)
+    args = build_parser().parse_args(
+        ["simulate", "--law", "L", "--P", "4,1", "--trees", "7", "--seed", "2", "--batch", "3", "--check",
+         "--drafter", "chain", "--draft-law", "exact", "--devices", "all", "--checkpoint", "D", "--round-trees", "5",
+         "--kernel", "jax"])  # fmt: skip
+    assert _simulate._cmd(args) == 0
+    assert seen == dict(law="L", P=[4, 1], trees=7, seed=2, batch=3, check=True, progress=None, drafter="chain",
+                        draft_law="exact", devices="all", checkpoint="D", round_trees=5, kernel="jax")  # fmt: skip
+    assert capsys.readouterr().out.splitlines()[-1] == "(0.2 s)"
+
+
+# --- brwsim laws ------------------------------------------------------------------------------------------------
+
+
+class _Curves:
+    limit, coverage = 2.0, 1.0
+
+    def threshold_curve(self, t):
+        return t, t + 1, t + 2, t + 3
+
+
+def test_the_spine_curve_has_eight_points_below_the_coverage():
+    spine = _laws._curve(_Curves(), 64)
+    assert spine["walks"] == 64 and spine["coverage"] == 1.0 and len(spine["curve"]) == 8
+    assert list(spine["curve"][0]) == ["t", "N", "N_se", "value", "value_se"]
+    t = spine["curve"][-1]["t"]
+    assert t == pytest.approx(1.0 - 1e-9) and spine["curve"][-1]["value_se"] == pytest.approx(t + 3)
+
+
+def test_walks_that_do_not_fit_name_their_steps(monkeypatch):
+    monkeypatch.setattr(_laws, "available_memory", lambda: 1000.0)
+    law = parse_law("fixed:probs=0.5/0.5")
+    with pytest.raises(BrwsimError) as e:
+        _laws.check_walks_memory(law, 2, 1, 1.0)  # s_max = ln(1) + 3: 64 + 6 steps
+    assert str(e.value) == (
+        "--walks 2 needs about 8.96e-06 GB (up to 70 steps of 64 bytes per walk), more than the 8e-07 GB a run may "
+        "use here (80% of the memory available): the largest that fits is about --walks 0"
+    )
+
+
+def test_laws_needs_two_walks_and_names_itself_when_the_spine_is_too_costly():
+    with pytest.raises(BrwsimError) as e:
+        _laws.laws_summary("fixed:probs=1", [1], walks=1)
+    assert str(e.value) == "walks must be an integer >= 2, got 1"
+    with pytest.raises(BrwsimError) as e:
+        _laws.laws_summary("logitnormal:V=100000,sigma=1", [1], walks=2**20)
+    assert str(e.value).startswith("brwsim laws of logitnormal:V=100000,sigma=1")
+    assert "take 1048576 spine walks" in str(e.value)
+
+
+def test_a_laws_summary_is_printed_whole(capsys):
+    row = {"P": 4, "bounds": {"dual": 2.5}, "dual_estimate": 2.25, "dual_se": 0.125}
+    d = {"law": "L", "iid": True, "vocab": 3, "mu": 0.5, "mu_se": 0.0, "mu2": 0.25, "mu2_se": 0.5,
+         "states": {"a": {"fraction": 0.75, "mu": 0.5, "mu2": 0.25}},
+         "spine": {"walks": 8, "coverage": 2.0, "curve": [{"t": 1.0, "N": 3.0, "value": 0.5}]},
+         "convention": "C", "results": [row]}  # fmt: skip
+    _laws.print_summary(d)
+    assert capsys.readouterr().out.splitlines() == [
+        "law L   i.i.d., V = 3",
+        "mu = 0.5000 (exact) nats, mu_2 = 0.2500 +- 0.9800 nats^2",
+        "  state a: long-run fraction 0.7500, mu = 0.5000, mu_2 = 0.2500",
+        "spine: 8 walks, observed up to S = 2.000",
+        "       t      E[N(t)]  E[tau_t]-1   (threshold tree {V <= t}: size, value)",
+        "   1.000         3.00      0.5000",
+        "C",
+        "          rigorous bounds ",
+        "      P       dual      dual est +- se",
+        "      4     2.5000     2.2500 +- 0.1250",
+        "[dual] " + _table.RIGOROUS_NOTE,
+    ]
+
+
+# --- brwsim reproduce -------------------------------------------------------------------------------------------
+
+
+def test_an_interrupted_reproduce_counts_only_this_runs_points(monkeypatch, capsys):
+    from experiments import common
+
+    monkeypatch.setattr(common, "COUNTERS", {"computed": 5, "cached": 2})
+
+    def run(**kw):
+        common.COUNTERS["computed"] += 3
+        common.COUNTERS["cached"] += 1
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_reproduce, "run", run)
+    args = build_parser().parse_args(["reproduce", "--quick"])
+    assert _reproduce._cmd(args) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("brwsim: interrupted: 3 point(s) computed and cached in this run, 1 read from the cache")
+
+
+# --- brwsim plan ------------------------------------------------------------------------------------------------
+
+
+def _saved(tmp_path, d: dict) -> str:
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(d))
+    return str(f)
+
+
+SIMULATED = {"law": "L", "trees": 9, "drafter": "chain",
+             "results": [{"P": 1, "mean": 0.5, "ci95": 0.1}, {"P": 2, "mean": 0.9, "ci95": None}]}  # fmt: skip
+
+
+def test_plan_from_a_saved_simulation(tmp_path, capsys):
+    assert main(["plan", "--from-json", _saved(tmp_path, SIMULATED), "--hardware", "h100", "--params", "1e9",
+                 "--json"]) == 0  # fmt: skip
+    (t,) = json.loads(capsys.readouterr().out)["tables"]
+    assert t["drafter"] == "chain" and [r["P"] for r in t["rows"]] == [0, 1, 2]
+
+
+def test_plan_from_a_saved_real_model_run(tmp_path, capsys):
+    res = [{"P": 1, "mean": 0.8, "ci95": 0.1}, {"P": 2, "mean": 1.2, "ci95": 0.2}]
+    run = {"model": "m", "vocab_size": 9, "tasks": [{"task": "code", "prompts": 2, "results": res}]}
+    assert main(["plan", "--from-json", _saved(tmp_path, run), "--hardware", "h100", "--params", "1e9", "--json"]) == 0
+    (t,) = json.loads(capsys.readouterr().out)["tables"]
+    assert t["drafter"] == "oracle" and [r["ex"] for r in t["rows"]] == [0.0, 0.8, 1.2]
+
+
+def test_plan_refuses_a_saved_file_of_another_kind_and_rows_without_a_budget(tmp_path, capsys):
+    path = _saved(tmp_path, {"law": "L"})
+    assert main(["plan", "--from-json", path, "--hardware", "h100", "--params", "1e9"]) == 2
+    assert capsys.readouterr().err == (f"brwsim: error: --from-json {path!r} is neither a brwsim simulate nor a "
+                                       "brwsim llm --json output\n")  # fmt: skip
+    with pytest.raises(BrwsimError) as e:
+        _plan._check_rows([{"P": 0, "mean": 0.0}], "f")
+    assert str(e.value) == "--from-json 'f': row 0 has P = 0; P must be an integer >= 1"
+
+
+def test_a_plan_table_goes_where_it_is_sent(tmp_path, capsys):
+    args = build_parser().parse_args(["plan", "--from-json", _saved(tmp_path, SIMULATED), "--hardware", "h100",
+                                      "--params", "1e9"])  # fmt: skip
+    tables = _plan.tables_for(args)
+    out = io.StringIO()
+    _plan.print_plan(tables, out)
+    assert capsys.readouterr().out == ""
+    lines = out.getvalue().splitlines()
+    head = "    P     E[X]   +-95%  t_verify ms t_draft ms  speedup   +-95%"
+    assert head in lines and len([ln for ln in lines if ln.startswith("    2 ")]) == 1
+
+
+def test_the_user_draft_cost(monkeypatch):
+    args = types.SimpleNamespace(draft_pass_seconds=0.002, draft_passes=None)
+    assert _plan._user_draft(args, "chain") == DraftCost(0.002, "P", "chain: 2 ms per pass, one pass per drafted token",
+                                                         "user")  # fmt: skip
+    args = types.SimpleNamespace(draft_pass_seconds=0.0, draft_passes=3)
+    assert _plan._user_draft(args, "x") == DraftCost(0.0, 3, "x: 0 ms per pass, one pass per tree (3 passes)", "none")
+
+
+def test_plan_of_a_law_simulates_the_oracle_and_the_drafter_quietly(monkeypatch, capsys):
+    calls = []
+
+    def simulate(law, **kw):
+        calls.append((law, kw))
+        rows = [types.SimpleNamespace(P=p, stat=types.SimpleNamespace(mean=min(p, 2) * 0.5, ci95=0.0)) for p in kw["P"]]
+        return types.SimpleNamespace(results=rows, drafter=kw.get("drafter") or "oracle", law=law, trees=kw["trees"])
+
+    monkeypatch.setattr(_plan, "simulate", simulate)
+    assert main(["plan", "--law", "L", "--hardware", "h100", "--params", "1e9", "--P", "1,2,4", "--trees", "5",
+                 "--seed", "6", "--drafter", "chain", "--draft-law", "exact", "--json"]) == 0  # fmt: skip
+    assert calls[0] == ("L", dict(P=[1, 2, 4], trees=5, seed=6, progress=False))
+    assert ("L", dict(P=[1, 2, 4], drafter="chain", draft_law="exact", trees=5, seed=6, progress=False)) in calls
+    capsys.readouterr()
+
+
+def test_plan_takes_one_or_more_draft_tokens(capsys):
+    common = ["plan", "--acceptance", "0.5", "--hardware", "h100", "--params", "1e9", "--P", "1", "--json"]
+    assert main([*common, "--draft-tokens", "1", "--draft-prompts", "1"]) == 0
+    capsys.readouterr()
+    assert main([*common, "--draft-tokens", "0"]) == 2
+    assert "--draft-prompts and --draft-tokens must be >= 1, got 2, 0" in capsys.readouterr().err
+
+
+def test_plan_of_an_acceptance_vector_prints_sequoias_trees(capsys):
+    common = ["plan", "--acceptance", "0.6,0.2", "--hardware", "h100", "--params", "1e9", "--P", "1,2,3"]
+    assert main([*common, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [t["P"] for t in d["sequoia"]][:3] == [1, 2, 3] and d["tables"][0][
+        "drafter"
+    ] == "sequoia (acceptance vector)"
+    assert main(common) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "acceptance rates a[rank 1..2]: 0.6, 0.2"
+    assert lines[3] == f"{1:>5} {2:>5} {0.6:>9.5f} {1.6:>9.5f} {1:>5}"
+    assert any(ln.startswith("tree at P = ") and "nodes per level [" in ln for ln in lines)
+
+
+class _Drafter:
+    name = "lookup:n=3"
+
+    def __init__(self, footprint=None):
+        self.fp = footprint
+
+    def footprint(self):
+        return self.fp
+
+
+def test_a_real_drafters_cost_is_measured_on_cpu_measured(monkeypatch):
+    got = {}
+
+    def measure(d, source, ids, P, tokens, T, seed, name):
+        got.update(ids=ids, P=P, tokens=tokens, seed=seed)
+        return types.SimpleNamespace(cost=lambda t0: ("measured", t0))
+
+    monkeypatch.setattr(_plan, "measure_draft_calls", measure)
+    monkeypatch.setattr(
+        _plan, "load_prompts", lambda prompts, n: [types.SimpleNamespace(text=f"p{i}") for i in range(n)]
+    )
+    args = types.SimpleNamespace(hardware=" cpu-measured ", draft_prompts=2, draft_tokens=4, seed=1)
+    source = types.SimpleNamespace(encode=lambda text: [len(text), ord(text[-1])])
+    cost = types.SimpleNamespace(t_verify=lambda P: 0.5)
+    opts = types.SimpleNamespace(prompts="humaneval", n=3)
+    assert _plan._drafting(args, _Drafter(), source, cost, [1, 2], opts) == ("measured", 0.5)
+    assert got == dict(ids=[[2, ord("0")], [2, ord("1")]], P=[1, 2], tokens=4, seed=1)
+
+
+def test_a_real_model_plan_asks_the_cost_at_its_budgets(monkeypatch, capsys):
+    seen = {}
+
+    def verify_cost(hw, **kw):
+        seen.update(kw, hw=hw)
+        return TableCost({0: 1.0, 1: 1.0, 2: 1.0})
+
+    res = [{"P": 1, "mean": 0.5, "ci95": 0.1}, {"P": 2, "mean": 0.75, "ci95": 0.1}]
+    run = run_from_dict({"model": "m", "tasks": [{"task": "code", "prompts": 1, "results": res}]})
+    monkeypatch.setattr(_plan, "verify_cost", verify_cost)
+    monkeypatch.setattr(_plan, "load_source", lambda model, threads: "source")
+    monkeypatch.setattr(_plan, "open_drafters", lambda *a: ([], None))
+    monkeypatch.setattr(_plan, "run_llm", lambda opts, source, opened: run)
+    assert main(["plan", "--model", "m", "--hardware", "h100", "--params", "1e9", "--P", "1,2", "--json"]) == 0
+    assert seen["P"] == [1, 2] and seen["source"] == "source" and seen["model"] == "m" and seen["hw"] == "h100"
+    assert json.loads(capsys.readouterr().out)["tables"][0]["drafter"] == "oracle"
+
+
+# --- brwsim llm -------------------------------------------------------------------------------------------------
+
+
+def test_a_real_model_table_goes_where_it_is_sent(capsys):
+    res = [{"P": 1, "mean": 0.5, "ci95": 0.1, "surrogate": 0.4}]
+    run = run_from_dict({"model": "m", "vocab_size": 9, "prompts": "humaneval", "convention": "C", "interrupted": True,
+                         "prompts_finished": 1, "prompts_requested": 4,
+                         "tasks": [{"task": "code", "prompts": 1, "results": res}]})  # fmt: skip
+    out = io.StringIO()
+    _llm.print_llm(run, out)
+    assert capsys.readouterr().out == ""
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["model m (vocab 9), prompts humaneval, T = 1, C", "(interrupted: 1 of 4 prompts finished)"]
+
+
+# --- the command --------------------------------------------------------------------------------------------------
+
+
+def test_only_a_command_that_succeeded_tells_its_peers(monkeypatch):
+    told, code = [], {"code": 0}
+    monkeypatch.setattr(_simulate, "_cmd", lambda args: code["code"])
+    monkeypatch.setattr("brwsim._processes.succeeded", lambda: told.append(True))
+    assert main(["simulate", "--law", "L"]) == 0 and told == [True]
+    code["code"] = 1
+    assert main(["simulate", "--law", "L"]) == 1 and told == [True]
+    assert signal.getsignal(signal.SIGTERM) is not None
+
+
+# --- the second sample's survivors --------------------------------------------------------------------------------
+
+
+def test_laws_passes_its_law_walks_and_moments_on(monkeypatch):
+    seen = {}
+    mom = types.SimpleNamespace(mu=0.5, mu2=0.375, mu_se=0.0, mu2_se=0.0, exact=True, per_state=None)
+    monkeypatch.setattr(_laws, "moments", lambda key, law: mom)
+
+    def law_curves(key, law, P_max, **kw):
+        seen["curves"] = (law.vocab, P_max, kw)
+        return _Curves()
+
+    def bounds_from_curves(*args):
+        seen["bounds"] = args[1:]
+        return []
+
+    monkeypatch.setattr(_laws, "law_curves", law_curves)
+    monkeypatch.setattr(_laws, "bounds_from_curves", bounds_from_curves)
+    d = _laws.laws_summary("fixed:probs=0.5/0.5", [4, 1], walks=16, seed=3)
+    assert seen["curves"] == (2, 4, dict(walks=16, mu_hint=0.5))
+    assert seen["bounds"] == ([1, 4], 0.5, 0.375, True, _laws.MARGIN_Z)
+    assert d["law"] == "fixed:probs=0.5/0.5" and d["mu2"] == 0.375 and d["results"] == []
+
+
+def test_laws_prints_its_summary(monkeypatch, capsys):
+    got = []
+    monkeypatch.setattr(_laws, "laws_summary", lambda *a, **kw: got.append((a, kw)) or {"law": "L"})
+    args = build_parser().parse_args(["laws", "--law", "L", "--P", "2,1", "--walks", "9", "--seed", "4", "--json"])
+    assert _laws._cmd(args) == 0
+    assert got == [(("L", [2, 1]), dict(walks=9, seed=4))] and json.loads(capsys.readouterr().out) == {"law": "L"}
+
+
+def test_llm_runs_its_options_and_needs_the_extra_only_for_a_model(monkeypatch, capsys):
+    needed, runs = [], []
+    monkeypatch.setattr(_llm, "require_llm", lambda: needed.append(True))
+    res = run_from_dict({"model": "m", "tasks": [{"task": "code", "prompts": 1, "results": []}]})
+    monkeypatch.setattr(_llm, "run_llm", lambda opts, log: runs.append((opts, log)) or res)
+    monkeypatch.setattr(_llm, "options", lambda args: ("options", args.model, args.n))
+    for model, need in [("x.NPZ", 0), ("file:x", 0), ("smollm2-135m", 1)]:
+        args = build_parser().parse_args(["llm", "--model", model, "--n", "3", "--json"])
+        assert _llm._cmd(args) == 0
+        assert len(needed) == need and runs[-1] == (("options", model, 3), None)
+    capsys.readouterr()
+
+
+def test_a_real_model_table_is_printed_whole():
+    res = [{"P": 1, "mean": 0.5, "ci95": 0.1, "surrogate": 0.4}]
+    walks = {"mu": 0.75, "mu2": 1.5, "mu_ci95": 0.125, "mu2_ci95": 0.25, "walks": 6}
+    timing = {"load_seconds": 1.25, "model_phase_seconds": 3.5, "forward_seconds": 1.75, "forward_fraction": 0.5,
+              "total_seconds": 5.0, "host_bytes_per_node": 2048.0}  # fmt: skip
+    task = {"task": "code", "prompts": 1, "results": res} | walks
+    run = run_from_dict({"model": "m", "vocab_size": 9, "prompts": "humaneval", "convention": "C", "temperature": 0.5,
+                         "timing": timing, "tasks": [task]})  # fmt: skip
+    out = io.StringIO()
+    _llm.print_llm(run, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "model m (vocab 9), prompts humaneval, T = 0.5, C"
+    assert lines[1] == ("task code: 1 prompts, mu = 0.7500 +- 0.1250, mu_2 = 1.5000 +- 0.2500 (nats, along 6 sampled "
+                        "continuations)")  # fmt: skip
+    assert "    P    oracle   +-95% surrogate" in lines
+    assert lines[-1] == ("model phase 3.5 s, 50% in forward passes; load 1.2 s; total 5.0 s; 2.0 KiB per node from the "
+                         "model's device to the host")  # fmt: skip
+
+
+def test_plan_takes_one_or_more_draft_passes(capsys):
+    common = ["plan", "--acceptance", "0.5", "--hardware", "h100", "--params", "1e9", "--P", "1", "--json"]
+    assert main([*common, "--draft-passes", "1"]) == 0
+    capsys.readouterr()
+    assert main([*common, "--draft-passes", "0"]) == 2
+    assert "--draft-pass-seconds must be a finite number >= 0 and --draft-passes >= 1" in capsys.readouterr().err
+
+
+def test_a_real_drafters_cost_on_a_roofline_needs_its_footprint(monkeypatch):
+    class Roofline:
+        def t_verify(self, P):
+            return 0.5
+
+    derived = []
+    monkeypatch.setattr(_plan, "RooflineCost", Roofline)
+    monkeypatch.setattr(_plan, "derived_draft_cost", lambda cost, d, b, c: derived.append(d) or "derived")
+    monkeypatch.setattr(_plan, "load_prompts", lambda name, n: [types.SimpleNamespace(text="p")])
+    dc = DraftCost(0.25, "P", "m", "measured")
+    seen = []
+
+    def measure(*a):
+        return types.SimpleNamespace(roofline_cost=lambda cost, fp: seen.append(fp) or dc)
+
+    monkeypatch.setattr(_plan, "measure_draft_calls", measure)
+    args = types.SimpleNamespace(hardware="h100", draft_prompts=1, draft_tokens=4, seed=1, bytes_per_param=2.0,
+                                 context=512)  # fmt: skip
+    source, opts = types.SimpleNamespace(encode=lambda text: [1]), types.SimpleNamespace(prompts="humaneval", n=1)
+    d = _Drafter(footprint=7)
+    assert _plan._drafting(args, d, source, Roofline(), [1], opts) == dataclasses.replace(dc, fraction=0.5)
+    assert seen == [7] and derived == []
+    assert _plan._drafting(args, _Drafter(), source, Roofline(), [1], opts) == "derived" and len(derived) == 1
+    assert _plan._drafting(args, d, source, object(), [1], opts) == "derived" and len(derived) == 2
+
+
+def test_a_saved_simulation_without_its_tree_count_says_so(tmp_path, capsys):
+    d = {"results": SIMULATED["results"]}
+    path = _saved(tmp_path, d)
+    assert main(["plan", "--from-json", path, "--hardware", "h100", "--params", "1e9", "--json"]) == 0
+    (t,) = json.loads(capsys.readouterr().out)["tables"]
+    assert t["source"] == f"{path} (?, ? trees)" and t["drafter"] == "oracle"
+
+
+def test_a_plan_table_prints_each_tables_source_and_the_measured_spread():
+    args = build_parser().parse_args(
+        ["plan", "--acceptance", "0.5", "--hardware", "h100", "--params", "1e9", "--P", "1"]
+    )
+    (t,) = _plan._acceptance_tables(args, [1], _plan.verify_cost("h100", P=[1], params=1e9))[0]
+    t = dataclasses.replace(t, rows=[dataclasses.replace(r, spread=(0.0015, 0.0025)) for r in t.rows])
+    out = io.StringIO()
+    _plan.print_plan([t], out)
+    lines = out.getvalue().splitlines()
+    assert f"{t.drafter}: E[X] from {t.source}; draft cost: {t.draft.label}" in lines
+    assert lines[lines.index(f"{t.drafter}: E[X] from {t.source}; draft cost: {t.draft.label}") - 1] == ""
+    row = next(ln for ln in lines if ln.startswith("    1 "))
+    assert row.startswith(f"    1 {t.rows[1].ex:>8.4f} {t.rows[1].ex_ci95:>7.4f} {1e3 * t.rows[1].t_verify:>12.3f}")
+    assert f" {'1.5..2.5':>15} " in row
+
+
+def test_reproduce_passes_its_options_on(monkeypatch, capsys):
+    got = []
+    monkeypatch.setattr(_reproduce, "run", lambda **kw: got.append(kw) or "R.md")
+    args = build_parser().parse_args(["reproduce", "--seed", "3", "--only", "a,b", "--budget-seconds", "2"])
+    assert _reproduce._cmd(args) == 0 and capsys.readouterr().out == "wrote R.md\n"
+    assert got == [dict(quick=False, only=["a", "b"], seed=3, budget_seconds=2.0)]
+
+
+@pytest.mark.parametrize("checkpoint", [None, "D"])
+def test_an_interrupted_simulation_says_how_to_keep_or_resume(monkeypatch, capsys, checkpoint):
+    monkeypatch.setitem(interrupts._STATE, "signal", None)
+    d = _simulated()
+    res = types.SimpleNamespace(to_dict=lambda: d, interrupted=True, seconds=1.0, trees=3, trees_requested=10,
+                                checkpoint=checkpoint)  # fmt: skip
+    monkeypatch.setattr(_simulate, "simulate", lambda law, **kw: res)
+    assert _simulate._cmd(build_parser().parse_args(["simulate", "--law", "L", "--json"])) == 130
+    kept = ("; the finished rounds are kept in D: rerun the same command to resume" if checkpoint
+            else "; run with --checkpoint DIR to keep finished rounds for a rerun")  # fmt: skip
+    assert capsys.readouterr().err == (f"brwsim: interrupted after 3 of 10 trees: the estimates above use the finished "
+                                       f"trees; no bounds were computed{kept}\n")  # fmt: skip
+
+
+def test_bound_groups_in_their_order():
+    rows = [{"iid_only": {"renewal": 1.0}, "predictions": {"asymptotic": 2.0}}, {"bounds": {"dual": 1.0},
+            "predictions": {"theorem1_leading": 3.0, "asymptotic": 2.5}}]  # fmt: skip
+    assert _table.bound_groups(rows) == [
+        ("bounds", ["dual"]), ("predictions", ["asymptotic", "theorem1_leading"]), ("iid_only", ["renewal"])
+    ]  # fmt: skip
+
+
+def test_expected_values_in_zero_to_P_with_a_rounding_slack():
+    P = 4
+    _table.check_expected_values({"P": P, "mean": -0.5 * _table.EX_TOL * P, "ex": P * (1 + 0.5 * _table.EX_TOL)})
+    for v in (-2 * _table.EX_TOL * P, P * (1 + 2 * _table.EX_TOL), 5.0, math.nan):
+        with pytest.raises(BrwsimError):
+            _table.check_expected_values({"rows": [{"P": P, "mean": v}]})
+    _table.check_expected_values({"P": True, "mean": 5.0})  # a flag, not a budget
+
+
+def test_an_interrupt_before_anything_finished_is_one_line(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_simulate, "_cmd", interrupted)
+    assert main(["simulate", "--law", "L"]) == 130
+    assert capsys.readouterr().err == "brwsim: interrupted before anything finished\n"
