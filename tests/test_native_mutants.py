@@ -245,6 +245,13 @@ def node_rows(law, keys: np.ndarray, states: np.ndarray, K: int) -> np.ndarray:
     return out
 
 
+FLAT = {
+    "states": {"a": "logitnormal:V=100,sigma=0.3", "b": "dirichlet:V=120,alpha=50"},
+    "initial": {"a": 0.5, "b": 0.5},
+    "kernel": {"a": [[0.5, 0.5]], "b": [[0.5, 0.5]]},
+}
+
+
 @pytest.mark.parametrize(
     "spec,P,K,B",
     [
@@ -254,17 +261,19 @@ def node_rows(law, keys: np.ndarray, states: np.ndarray, K: int) -> np.ndarray:
         ("logitnormal:V=300,sigma=0.5", 60, 30, 2),
         ("logitnormal:V=300,sigma=0.5", 60, 60, 2),
         ("mix", 30, 30, 6),  # a Markov law: zipf, a tempered logit-normal and a fixed state
+        # flat states of two laws and sizes: a node of either state drawn again whole past its first 16 entries
+        ("flat", 60, 60, 4),
     ],
 )
 def test_native_tree_node_by_node(spec, P, K, B):
     """Each node's key is fold_in(parent key, 2 + rank); a Markov node's state is the documented draw from its key;
     and the tree is the best-first tree of the rows drawn at its nodes (every field, bit for bit)."""
-    law = markov_law(MIX) if spec == "mix" else parse_law(spec)
+    law = markov_law(MIX) if spec == "mix" else markov_law(FLAT) if spec == "flat" else parse_law(spec)
     keys = tree_keys(jax.random.key(8), 0, B)
     t = O.oracle_batch(law, keys, P, K, kernel="native")
     parent, rank, depth, state = (np.asarray(x) for x in (t.parent, t.rank, t.depth, t.state))
     logp, nkey = np.asarray(t.logP), np.asarray(t.key).astype(U32)
-    markov = spec == "mix"
+    markov = spec in ("mix", "flat")
     if markov:
         init = cdf(law.log_init)
         kern = np.asarray(law.log_kernel, np.float32)
@@ -285,8 +294,17 @@ def test_native_tree_node_by_node(spec, P, K, B):
         assert (parent == -1).sum(1).min() >= min(K, 33)
     if spec.startswith("dirichlet"):  # some node had all K children taken
         assert max(np.bincount(parent[b] + 1).max() for b in range(B)) == K
-    if markov:
+    if spec == "mix":
         assert len(np.unique(state)) == 3
+    if spec == "flat":  # nodes of both states had more children than a fresh row keeps (16)
+        wide = set()
+        for b in range(B):
+            counts = np.bincount(parent[b] + 1, minlength=P + 1)
+            states = np.concatenate([[-1], state[b]])
+            wide |= {int(states[i]) for i in np.flatnonzero(counts > 16) if i > 0}
+            if counts[0] > 16:
+                wide.add(int(draw_state(cdf(law.log_init), key_words(keys)[b])))
+        assert wide == {0, 1}, wide
 
 
 @pytest.mark.parametrize("which,P", [("pool", 40), ("pool", 200), ("uniform", 40)])

@@ -181,7 +181,7 @@ struct alignas(32) Rec {
   float lp;
   int32_t row, ptr, state, depth;
   uint32_t k0, k1;
-  int32_t pad;
+  int32_t held;  // a drawn law's row: how many entries are drawn (unused elsewhere)
 };
 
 static inline uint64_t order_key(float v, uint32_t slot) {
@@ -979,6 +979,7 @@ static float row_sumexp(const float* __restrict w, int64_t n, float mx, float c)
 
 constexpr int64_t DENSE = 8;  // K of V at least V / DENSE: selection in place over the whole row
 constexpr int64_t SORTED0 = 16;  // entries of a fresh row sorted at once; the rest when the search reaches them
+constexpr int64_t LAZY = SORTED0;  // entries of a fresh row a search keeps; the whole row when it reaches past them
 
 // Sort row[done..) far enough that entries [0, need] are in decreasing order (the row's first `done` already are and
 // are each >= every later one); returns the new sorted length (doubling, at most K).
@@ -1058,13 +1059,19 @@ static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __rest
 
 // the node's K (= row length Kr <= K, -inf past V) largest log-probabilities from draw key (k0, k1): the first
 // min(Kr, SORTED0) decreasing, each >= every later entry (the rest in no order: sort_more). Returns how many of the
-// K entries are sorted (all of them for zipf, a point mass and the uniform law).
-static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, float* __restrict out) {
-  const int64_t V = L.V, Kr = std::min(L.K, L.V);
+// K entries are sorted (all of them for zipf, a point mass and the uniform law). Only the `want` largest are kept
+// when fewer than the row's min(K, V): `*held` is how many entries out[0..) holds (K once the row is whole), and a
+// second call with want = K from the same key gives the whole row, its first entries the same values.
+static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, float* __restrict out, int64_t want,
+                        int32_t* held) {
+  const int64_t V = L.V, Kr = std::min(want, std::min(L.K, L.V));
   float* w = rb.w.data();
-  for (int64_t i = Kr; i < L.K; i++) out[i] = -INFINITY;
+  *held = int32_t(Kr == std::min(L.K, L.V) ? L.K : Kr);
+  if (*held == L.K)
+    for (int64_t i = Kr; i < L.K; i++) out[i] = -INFINITY;
   if (L.kind == DRAW_FIXED) {  // the same row at every node: no variate
     std::memcpy(out, L.fixed, size_t(L.K) * 4);
+    *held = int32_t(L.K);
     return L.K;
   }
   if (L.kind == DRAW_ZIPF) {  // already sorted: w = -log(i + 1), scaled by the node's exponent
@@ -1191,14 +1198,17 @@ static void search_drawn(const Drawn& L, States* mk, const uint32_t* tree_keys, 
     uint32_t k0 = tree_keys[2 * t], k1 = tree_keys[2 * t + 1];
     Heap hp{hb.data(), 0};
     int64_t sorted_root;
+    int32_t held_root;
     int32_t s0 = mk ? draw_state(mk->init.data(), mk->S, k0, k1) : 0;
     {
       uint32_t dk0[LANES], dk1[LANES];
       uint32_t kk0[LANES] = {k0}, kk1[LANES] = {k1};
       fold_in_const(kk0, kk1, 0, dk0, dk1);
-      sorted_root = draw_row(mk ? mk->laws[s0] : L, dk0[0], dk1[0], rb, rows.data());
+      sorted_root = draw_row(mk ? mk->laws[s0] : L, dk0[0], dk1[0], rb, rows.data(), LAZY, &held_root);
     }
-    rec[0] = Rec{0.0f, int32_t(sorted_root), 0, s0, 0, k0, k1, 0};  // Rec.row: how many row entries are sorted
+    // Rec.row: how many row entries are sorted; Rec.held: how many are drawn (a row's first LAZY until the search
+    // reaches past them: drawn again whole from the node's key, the same values)
+    rec[0] = Rec{0.0f, int32_t(sorted_root), 0, s0, 0, k0, k1, held_root};
     if (rows[0] != -INFINITY) hp.push(order_key(rows[0], 0));
     for (int64_t n = 1; n <= P; n++) {
       int64_t j = 0;
@@ -1211,6 +1221,12 @@ static void search_drawn(const Drawn& L, States* mk, const uint32_t* tree_keys, 
       Rec& p = rec[j];
       int32_t r = p.ptr;
       p.ptr = r + 1;
+      if (r + 1 < K && r + 1 >= p.held) {  // past the entries drawn: the whole row, from the node's draw key
+        uint32_t nk0[LANES] = {p.k0}, nk1[LANES] = {p.k1}, dk0[LANES], dk1[LANES];
+        fold_in_const(nk0, nk1, 0, dk0, dk1);
+        p.row = int32_t(draw_row(mk ? mk->laws[p.state] : L, dk0[0], dk1[0], rb, rows.data() + size_t(j) * K, K,
+                                 &p.held));
+      }
       if (r + 1 < K && r + 1 >= p.row) p.row = int32_t(sort_more(rows.data() + size_t(j) * K, p.row, r + 1, K));
       float nxt = (r + 1 < K) ? rows[size_t(j) * K + r + 1] : -INFINITY;
       float cand = p.lp + nxt;
@@ -1227,9 +1243,10 @@ static void search_drawn(const Drawn& L, States* mk, const uint32_t* tree_keys, 
       uint32_t dk0[LANES], dk1[LANES];
       fold_in_const(c0, c1, 0, dk0, dk1);
       float* row = rows.data() + size_t(n) * K;
-      const int64_t sorted_n = draw_row(mk ? mk->laws[sn] : L, dk0[0], dk1[0], rb, row);
+      int32_t held_n;
+      const int64_t sorted_n = draw_row(mk ? mk->laws[sn] : L, dk0[0], dk1[0], rb, row, LAZY, &held_n);
       int32_t depth = p.depth + 1;
-      rec[n] = Rec{m, int32_t(sorted_n), 0, sn, depth, c0[0], c1[0], 0};
+      rec[n] = Rec{m, int32_t(sorted_n), 0, sn, depth, c0[0], c1[0], held_n};
       float c = m + row[0];
       if (c != -INFINITY) hp.push(order_key(c, uint32_t(n)));
       int64_t o = t * P + (n - 1);
@@ -1358,7 +1375,8 @@ ffi::Error DrawRowsImpl(ffi::Buffer<ffi::F32> table, ffi::Buffer<ffi::U32> keys,
   const uint32_t* k = keys.typed_data();
   float* out = rows->typed_data();
   for (int64_t i = 0; i < int64_t(keys.element_count() / 2); i++) {
-    draw_row(L, k[2 * i], k[2 * i + 1], rb, out + i * K);
+    int32_t held;
+    draw_row(L, k[2 * i], k[2 * i + 1], rb, out + i * K, K, &held);
     std::sort(out + i * K, out + (i + 1) * K, std::greater<float>());
   }
   return ffi::Error::Success();
