@@ -217,6 +217,9 @@ def drafter_options():
         real(0.01, 3).map("noise:sigma=".__add__),
         real(0.2, 5).map("temp:T=".__add__),
         st.tuples(real(0, 1), spec(1)).map(lambda t: f"mix:w={t[0]},law={t[1]}"),
+        st.sampled_from(["1e-300", "5e-324", "1e40", "1e300"]).map("temp:T=".__add__),  # past float32's ends
+        st.sampled_from(["1e30", "1e300"]).map("noise:sigma=".__add__),
+        st.sampled_from(["0.999999999", "0.9999999999999999"]).map(lambda w: f"mix:w={w},law=zipf:V=3,s=1e300"),
     )
     pair = st.tuples(drafter, draft_law).map(
         lambda t: ["--drafter", t[0]] + ([] if t[1] is None else ["--draft-law", t[1]])

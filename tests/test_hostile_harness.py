@@ -57,6 +57,24 @@ def test_judge_refusals_and_failures():
     assert hostile.judge(either, _r(killed="hang")) == "hang"
 
 
+def test_judge_draft_laws_and_warnings():
+    """A drafter's E[X] on the fixed law must lie in (0, the oracle's exact value]; a success that prints a
+    warning is noisy."""
+    rng = random.Random(0)
+    cases = [hostile.case_draft_laws(rng) for _ in range(20)]
+    assert {c.argv[c.argv.index("--draft-law") + 1] for c in cases} <= set(hostile.DRAFT_LAWS)
+    case = cases[0]
+
+    def rows(m1, m4):
+        return json.dumps({"results": [{"P": 1, "mean": m1, "se": 0.0}, {"P": 4, "mean": m4, "se": 0.0}]})
+
+    assert hostile.judge(case, _r(out=rows(0.6, 1.3056))) == "ok"
+    assert hostile.judge(case, _r(out=rows(0.0, 0.0))) == "wrong"  # every log q -inf: nothing accepted
+    assert hostile.judge(case, _r(out=rows(0.6, 1.6))) == "wrong"  # above the optimal tree's 1.476
+    warned = "lax.py:5304: RuntimeWarning: overflow encountered in cast\n  out = out.astype(new_dtype)\n"
+    assert hostile.judge(case, _r(out=rows(0.6, 1.3056), err=warned)) == "noisy"
+
+
 def test_judge_signals():
     case = hostile.Case("signals", ["simulate"], send=(signal.SIGTERM, 1.0))
     assert hostile.judge(case, _r(143, out="{}", err="brwsim: interrupted by SIGTERM\n")) == "stopped"

@@ -16,9 +16,10 @@ the finished work on stdout, one line on stderr). Anything else is a finding, co
 
 Classes (``--classes``): laws (extreme SPECs), markov (malformed and many-state Markov files), pools (malformed
 .npz pools), checkpoints (corrupted, edited, or their law file changed under the same path), drafters (extreme
-drafter parameters), signals (SIGINT, SIGTERM, SIGHUP to a running simulate), plan (plan's numeric options and
-paths), env (BRWSIM_OUT), llm (the real-model command's options; slow: a model load per case), models (broken copies
-of the shipped model).
+drafter parameters; draft laws past float32's ends, whose E[X] must stay in (0, the oracle's]), signals (SIGINT,
+SIGTERM, SIGHUP to a running simulate), plan (plan's numeric options and paths), env (BRWSIM_OUT), llm (the
+real-model command's options; slow: a model load per case), models (broken copies of the shipped model). A success
+that prints a Python warning is ``noisy`` too.
 
 Long run (one core, about an hour)::
 
@@ -180,6 +181,8 @@ def judge(case: Case, r: dict) -> str:
         return "blowup" if "RESOURCE_EXHAUSTED" in r["err"] or r["code"] == -9 else "traceback"
     if case.expect == "invalid":
         return "wrong"
+    if any("Warning:" in x for x in err_lines):  # a success that prints Python's or a library's warnings
+        return "noisy"
     return _check_output(case, r["out"])
 
 
@@ -437,7 +440,36 @@ def case_checkpoints(rng: random.Random, tmp: str) -> Case:
     return Case("checkpoints", argv, expect="valid", after=corrupt_then_rerun)
 
 
+DRAFT_LAWS = [  # a draft law's parameters at and past float32's ends: each q's limit, never a row of -inf
+    "temp:T=1e-300", "temp:T=5e-324", "temp:T=1e-40", "temp:T=1e40", "temp:T=1e300", "noise:sigma=1e300",
+    "noise:sigma=1e30", "noise:sigma=0", "mix:w=0.999999999,law=zipf:V=3,s=1e300", "mix:w=0,law=fixed:probs=1",
+    "mix:w=0.9999999999999999,law=dirichlet:V=3,alpha=1e-300",
+]  # fmt: skip
+
+
+def case_draft_laws(rng: random.Random) -> Case:
+    """A drafter with an extreme draft law on a fixed law: its E[X] is above 0 (every token of the law has p > 0,
+    so the first drafted token is accepted with positive probability) and at most the oracle's exact value."""
+    probs = [0.6, 0.3, 0.1]
+    P_list = [1, 4]
+    oracle = exact_fixed(probs, P_list)
+    dl = rng.choice(DRAFT_LAWS)
+    argv = ["simulate", "--law", "fixed:probs=0.6/0.3/0.1", "--P", "1,4", "--trees", "20"]
+    argv += ["--drafter", rng.choice(["topq", "chain", "sequoia"]), "--draft-law", dl, "--json"]
+
+    def beyond(out: str) -> str | None:
+        rows = json.loads(out)["results"]
+        for row, top in zip(rows, oracle, strict=True):
+            if not 0 < row["mean"] <= top + 4 * (row.get("se") or 0.0) + 1e-6:
+                return f"E[X] {row['mean']} at P = {row['P']} outside (0, {top}]"
+        return None
+
+    return Case("drafters", argv, timeout=120, check=beyond)
+
+
 def case_drafters(rng: random.Random, tmp: str) -> Case:
+    if rng.random() < 0.4:
+        return case_draft_laws(rng)
     big = rng.choice(["1", "7", "200", "1000000", "1000000000", "0", "-3", "nan"])
     d = rng.choice([f"eagle:depth={big}", f"eagle:top_k={big}", f"eagle:top_k=10,depth={big}", f"sequoia:depth={big}",
                     f"static:k={big}", "chain", "topq", f"eagle:top_k={big},depth={big}"])  # fmt: skip
