@@ -129,7 +129,8 @@ def test_the_service_answers_while_something_listens_on_the_port(monkeypatch):
 
     monkeypatch.setattr(socket, "create_connection", connect)
     assert P._service_answers("[::1]:77") is False and P._service_answers("h:5", 0.5) is False
-    assert seen == [(("::1", 77), 2.0), (("h", 5), 0.5)]
+    assert P._service_answers("Xenon-X:9") is False  # only the brackets are taken off
+    assert seen == [(("::1", 77), 2.0), (("h", 5), 0.5), (("Xenon-X", 9), 2.0)]
 
 
 def test_a_port_in_use_is_taken_and_a_free_or_shared_one_is_not():
@@ -186,6 +187,15 @@ def test_the_watch_starts_its_thread_and_stops_it_at_exit(monkeypatch):
         w.finish()
     assert w._done is True and w._stop.is_set() and not w._thread.is_alive()
     assert store.writes[-1] == (P.ALIVE_KEY.format(0), P.DONE, True)
+
+
+def test_stopping_the_watch_waits_at_most_five_seconds_for_its_thread():
+    # the thread is a daemon: a write the service never answers must not hold the exit for longer
+    joined = []
+    w = P.PeerWatch(None, P.Group(n=2, me=0))
+    w._thread = types.SimpleNamespace(join=lambda timeout=None: joined.append(timeout))
+    w.stop()
+    assert joined == [5] and w._stop.is_set()
 
 
 class _Store:
@@ -536,6 +546,19 @@ def test_a_run_that_cannot_join_is_one_line(joining, error):
     assert str(e.value) == (f"could not join the 2-process run at h:5 within 7 s (is every process started, with "
                             f"the same --coordinator?): {first}")  # fmt: skip
     assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_before_it_joins_the_group_is_the_one_asked_for(joining):
+    # what the launcher forked here knows when the worker fails before the run assembled
+    joining.fail = RuntimeError("no")
+    for kw, n, me in [(dict(coordinator="h:5", num_processes=3, process_id=1), 3, 1), (dict(auto=True), "?", "?")]:
+        with pytest.raises(BrwsimError):
+            P.start(**kw, supervise=False)
+        g = P.current()
+        assert (g.n, g.me, g.joined) == (n, me, False), kw
+    line = g.describe(_ending({}))
+    assert line.startswith("brwsim: error: process ? of the multi-process run could not start the run's coordination")
+    assert line.endswith("; process ? stops: nothing was finished")
 
 
 def test_join_failures_of_an_unnamed_run():
