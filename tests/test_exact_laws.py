@@ -571,6 +571,49 @@ def test_temperature_folds_into_the_law_scale_in_float64():
     assert nested.effective()[1] == 0.0  # the factors cancel in float64: the fixed law itself
 
 
+def test_temperature_on_a_random_zipf_exponent_past_float64():
+    """zipf s = 1e100, s_sd = 1000 at T = 1e-300: log(s / T) = 921 is kept exactly (s / T itself is past float64),
+    so a node is a point mass when its float32 exponent exp(921 + 1000 Z) overflows, Z > (log(float32 max) - 921)
+    / 1000, with probability 0.797 (0.733 if log s were held at float64's largest), in both kernels."""
+    from scipy.stats import norm
+
+    from brwsim import tree_keys
+    from brwsim.oracle import _native
+
+    law = parse_law("temp:T=1e-300,law=zipf:V=30,s=1e100,s_sd=1000")
+    assert law.native_program().a == pytest.approx(math.log(1e100) + math.log(1e300), rel=1e-15)
+    want = norm.sf((math.log(float(np.finfo(np.float32).max)) - math.log(1e100) - math.log(1e300)) / 1000)
+    n = 4000
+    keys = tree_keys(jax.random.key(5), 0, n)
+    rows = {
+        "jax": np.asarray(jax.vmap(lambda k: law.node_logp(k, 0, 2))(keys)),
+        "native": np.asarray(_native.draw_rows(law, keys, 2)) if _native.available() else None,
+    }
+    for kernel, r in rows.items():
+        if r is not None:
+            frac = float(np.mean(np.isneginf(r[:, 1])))
+            assert abs(frac - want) < 4 * math.sqrt(want * (1 - want) / n), (kernel, frac, want)
+
+
+def test_scale_logits_splits_ties_only_when_asked():
+    """c = inf: the point mass on the first largest entry (a drawn row's ties are float32 rounding), or split among
+    the entries tied at 0 for explicit rows (the limit of p^c)."""
+    from brwsim.laws._base import scale_logits
+
+    y = jnp.asarray([-1.0, 0.0, 0.0, -jnp.inf])
+    assert np.isneginf(np.asarray(scale_logits(y, math.inf))).tolist() == [True, False, True, True]
+    assert np.isneginf(np.asarray(scale_logits(y, math.inf, split_ties=True))).tolist() == [True, False, False, True]
+    assert np.asarray(scale_logits(y, 0.0)).tolist() == [0.0, 0.0, 0.0, -math.inf]
+
+
+def test_temperature_one_on_an_indexed_law_stays_on_the_jax_kernel():
+    """A temperature that comes to 1 on a fixed law is that law's rows, served by the JAX kernel (its table is not
+    the temperature's); a folded zipf keeps the memory check of its O(V) tables."""
+    law = parse_law("temp:T=2,law=temp:T=0.5,law=fixed:probs=0.5/0.3/0.2")
+    assert law.effective()[1] == 0.0 and law.kernels == ("jax",) and law.native_program() is None
+    assert parse_law("temp:T=0.5,law=zipf:V=1000,s=1").table_bytes() == parse_law("zipf:V=1000,s=1").table_bytes() > 0
+
+
 def test_huge_sigma_logitnormal_is_a_uniformly_placed_point_mass():
     V = 4
     lp = full(LogitNormal(V=V, sigma=3e38), n=N)

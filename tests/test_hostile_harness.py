@@ -80,6 +80,8 @@ def test_judge_signals():
     assert hostile.judge(case, _r(143, out="{}", err="brwsim: interrupted by SIGTERM\n")) == "stopped"
     assert hostile.judge(case, _r(-15)) == "traceback"  # killed silently
     assert hostile.judge(case, _r(143, err="a\nb\n")) == "noisy"
+    pending = "brwsim: SIGTERM: stopping after the computation in progress (it cannot be cut short); ...\n"
+    assert hostile.judge(case, _r(143, out="{}", err=pending + "brwsim: interrupted by SIGTERM\n")) == "stopped"
 
 
 def test_cases_are_a_function_of_the_seed(tmp_path):

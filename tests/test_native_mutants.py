@@ -104,7 +104,7 @@ def reference_row(law, k) -> tuple[np.ndarray, float]:
     margin = np.inf
     if prog.family == "zipf":
         z0 = normals(k, 1)[0]
-        s = float(np.float32(np.exp(np.log(prog.a) + prog.b * z0)))
+        s = float(np.float32(np.exp(prog.a + prog.b * z0)))  # a = log s
         w, c = -np.log(np.arange(1, V + 1)), float(np.float32(s) * np.float32(c))
     elif prog.family == "logitnormal":
         w = normals(k, (V + 1) // 2)[:V]

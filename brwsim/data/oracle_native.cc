@@ -757,7 +757,7 @@ static void search_all(const Law& law, const uint32_t* tree_keys, int64_t B, int
 // dirichlet: log-weights w_i = log G_i, G_i ~ Gamma(alpha) (alpha >= 1: Marsaglia-Tsang; alpha < 1: w_i = alpha
 //   log G'_i + log U_i with G'_i ~ Gamma(alpha + 1), scaled by 1/alpha below); candidates are taken in counter order,
 //   the accepted ones fill the row in order; logitnormal: w_i = Z_i; zipf: w_i = -log(i + 1) (a table), the node's
-//   exponent s exp(s_sd Z) from normal 0. Then log p_i = c (w_i - max w) - log sum_j exp(c (w_j - max w)), with c
+//   exponent exp(log s + s_sd Z) from normal 0. Then log p_i = c (w_i - max w) - log sum_j exp(c (w_j - max w)), with c
 //   the law's scale (1/alpha, sigma, the exponent; a temperature's 1/T folded in by the law in float64; c = inf:
 //   the point mass on the first largest entry (a drawn row's largest entries tie with probability 0 but for float32
 //   rounding), c = 0: uniform), and the K largest entries kept: selection by a running threshold, then only the
@@ -887,7 +887,7 @@ struct Drawn {
   float d, cg, ld;  // Marsaglia-Tsang on a = alpha (alpha >= 1) or alpha + 1: d = a - 1/3, c = 1/sqrt(9 d), log d
   bool power;       // dirichlet alpha < 1: the power-of-a-uniform step
   double logs, s_sd;  // zipf: log s, s_sd
-  float scale;        // c (dirichlet, logitnormal); zipf: the temperatures' factor
+  float scale;        // c (dirichlet, logitnormal); zipf: a factor on the node's exponent (1 from the laws)
   const float* neglog;  // zipf: -log(i + 1), [V]
   const float* fixed;   // fixed (a Markov law's state): its K largest log-probabilities, decreasing, -inf past V
 };
@@ -1086,8 +1086,8 @@ static int64_t draw_row(const Drawn& L, uint32_t k0, uint32_t k1, RowBuf& rb, fl
     float cs, sn;
     vsincos2pi(u01_24(b[0]), &cs, &sn);
     const float z0 = __builtin_sqrtf(-2.0f * vlog(u01_open0(a[0]))) * cs;
-    // the exponent in float32 (inf past its range, 0 below), then the temperatures' factor: a point mass or the
-    // uniform law stays so
+    // the exponent in float32 (inf past its range, 0 below), then the scale (1: a temperature is folded into log s);
+    // a point mass or the uniform law stays so
     const float s = float(std::exp(L.logs + L.s_sd * double(z0)));
     const float c = (s == 0.0f || !(s < INFINITY)) ? s : s * L.scale;
     const float* nl = L.neglog;
@@ -1276,7 +1276,7 @@ static bool drawn_law(Drawn& L, ffi::Buffer<ffi::F32>& table, int64_t kind, int6
     L.cg = float(1.0 / std::sqrt(9.0 * d));
     L.ld = float(std::log(d));
   } else if (kind == DRAW_ZIPF) {
-    L.logs = std::log(a);
+    L.logs = a;  // log s, exact in float64 (a temperature folds into it: s / T may pass float64's range)
     L.s_sd = b;
     L.neglog = table.typed_data();
   } else if (kind != DRAW_LOGITNORMAL) {

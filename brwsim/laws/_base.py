@@ -57,9 +57,10 @@ class NativeDrawn(NamedTuple):
     """How the native CPU kernel draws a node of a drawn i.i.d. law: V variates from a stream of its own (not the
     JAX kernel's bits; the same law, brwsim/data/oracle_native.cc).
 
-    ``family``: ``dirichlet`` (``a`` = alpha), ``logitnormal`` or ``zipf`` (``a`` = s, ``b`` = s_sd); ``scale``: the
-    factor c of log p = c (w - max w) - log-sum-exp (1/alpha for alpha < 1, sigma, the temperatures' 1/T; for zipf
-    only the temperatures', the node's exponent multiplies it). ``inf``: the point mass, 0: the uniform law.
+    ``family``: ``dirichlet`` (``a`` = alpha), ``logitnormal`` or ``zipf`` (``a`` = log s, exact in float64, ``b`` =
+    s_sd); ``scale``: the factor c of log p = c (w - max w) - log-sum-exp (1/alpha for alpha < 1, sigma, times a
+    temperature's 1/T; for zipf a factor on the node's exponent, 1: a temperature is folded into log s). ``inf``: the
+    point mass, 0: the uniform law.
     """
 
     family: str
@@ -133,24 +134,28 @@ def log_normalize(z: jax.Array) -> jax.Array:
     return jnp.where(m == -jnp.inf, -jnp.inf, out)  # a row of -inf stays -inf (not -inf - log 0 = NaN)
 
 
-def scale_logits(y: jax.Array, c: float) -> jax.Array:
+def scale_logits(y: jax.Array, c: float, split_ties: bool = False) -> jax.Array:
     """``c * y`` for log-weights ``y <= 0`` whose largest entry is 0, with the limits of ``c`` kept exact.
 
     ``c`` (a Python number or a traced float32 scalar) in float32 may round
     to 0 (all finite entries become 0: uniform over the support) or to inf
-    (every entry below the largest becomes ``-inf``: a point mass, split among
-    ties); ``-inf`` entries stay ``-inf`` and 0 stays 0, so no ``0 * inf`` or
-    ``inf / inf`` can make a NaN.
+    (every entry below the largest becomes ``-inf``: a point mass on the first
+    largest entry, or with ``split_ties`` split among the entries tied at 0, the
+    limit of p^c for explicit rows, whose ties are real: a drawn row's largest
+    entries tie only by float32 rounding); ``-inf`` entries stay ``-inf`` and 0
+    stays 0, so no ``0 * inf`` or ``inf / inf`` can make a NaN.
     """
     if isinstance(c, (int, float)):
         c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
     else:  # traced: float32 arithmetic already overflows to inf and underflows to 0
         c32 = jnp.asarray(c, jnp.float32)
     scaled = jnp.where(y == 0, 0.0, jnp.where(jnp.isneginf(y), -jnp.inf, y * c32))
-    # c = inf is the point mass on the largest entry, split equally among entries tied at 0 (the limit of
-    # p^c / sum p^c); the first largest by argmax is always kept: under XLA a value computed in two fusions (here
-    # the row's max and its entries) may differ in its last bits, so ``y == 0`` may hold nowhere
-    top = (jnp.arange(y.shape[-1]) == jnp.argmax(y, axis=-1, keepdims=True)) | (y == 0)
+    # c = inf is the point mass on the largest entry, found by argmax: under XLA a value computed in two fusions
+    # (here the row's max and its entries) may differ in its last bits, so ``y == 0`` may hold nowhere; with
+    # split_ties also on every entry tied at 0 (the limit of p^c / sum p^c)
+    top = jnp.arange(y.shape[-1]) == jnp.argmax(y, axis=-1, keepdims=True)
+    if split_ties:
+        top = top | (y == 0)
     return jnp.where(jnp.isposinf(c32), jnp.where(top, 0.0, -jnp.inf), scaled)
 
 

@@ -55,7 +55,7 @@ class Dirichlet(Law):
 
     def spec(self) -> str:
         base = f"dirichlet:V={self.V},alpha={self.alpha:g}"
-        return f"temp:T={math.exp(-self.log_inv_T):g},law={base}" if self.log_inv_T else base
+        return f"temp:T={scale_from_log(-self.log_inv_T)!r},law={base}" if self.log_inv_T else base
 
     @property
     def vocab(self) -> int:

@@ -22,7 +22,6 @@ from ..errors import BrwsimError
 from ._base import (
     Law,
     NativeDrawn,
-    NativeIndexed,
     float32_scale,
     log_normalize,
     parse_law,
@@ -81,14 +80,16 @@ class Temp(Law):
         return (law, log_inv_T) if folded is None else (folded, 0.0)
 
     def full_logp(self, key, state):
+        # rows of a law with no scale of its own (fixed, pool: explicit rows, whose ties are real) scaled: a 1/T past
+        # float32 splits the point mass among the tied largest entries
         if self.inv is not None:  # the data form: the factor as data
             lp = self.law.full_logp(key, state)
-            return log_normalize(scale_logits(lp - jnp.max(lp), self.inv))
+            return log_normalize(scale_logits(lp - jnp.max(lp), self.inv, split_ties=True))
         law, log_inv_T = self.effective()
         if log_inv_T == 0.0:
             return law.full_logp(key, state)
         lp = law.full_logp(key, state)
-        return log_normalize(scale_logits(lp - jnp.max(lp), scale_from_log(log_inv_T)))
+        return log_normalize(scale_logits(lp - jnp.max(lp), scale_from_log(log_inv_T), split_ties=True))
 
     def node_logp(self, key, state, K: int):
         law, log_inv_T = self.effective()
@@ -100,11 +101,17 @@ class Temp(Law):
             return law.with_data_params()
         # the factor rounded to float32 as scale_logits rounds a Python number
         inv = jnp.asarray(float32_scale(scale_from_log(log_inv_T)), jnp.float32)
-        return Temp(law=law.with_data_params(), T=1.0, law_text=self.law_text, inv=inv)
+        return Temp(law=law.with_data_params(), T=1.0, inv=inv)
 
-    def native_program(self) -> NativeIndexed | NativeDrawn | None:
+    def native_program(self) -> NativeDrawn | None:
+        # a drawn law's program (the temperature folded into it); an indexed law's rows are not this law's table
         law, log_inv_T = self.effective()
-        return law.native_program() if log_inv_T == 0.0 else None
+        prog = law.native_program() if log_inv_T == 0.0 else None
+        return prog if isinstance(prog, NativeDrawn) else None
+
+    def table_bytes(self) -> int:
+        law, log_inv_T = self.effective()
+        return law.table_bytes() if log_inv_T == 0.0 else 0
 
     def exact_moments(self):
         law, log_inv_T = self.effective()

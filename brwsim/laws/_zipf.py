@@ -33,6 +33,9 @@ class Zipf(Law):
     params: jax.Array | None = data_field(default=None)
     # with_data_params of a fixed exponent: s in float32 as data, rounded as scale_logits rounds it (s then 1)
     s32: jax.Array | None = data_field(default=None)
+    # at a temperature (Law.tempered): log(s / T) in float64, which may pass float64's range where s (then held at
+    # its nearest finite value) cannot; the random exponent exp(log s + s_sd Z) is drawn from it
+    log_s: float | None = None
 
     spec_keys = ({"V", "s"}, {"s_sd"})
 
@@ -57,7 +60,7 @@ class Zipf(Law):
     def full_logp(self, key, state):
         s = self.s if self.s32 is None else self.s32
         if self.s_sd > 0:  # in log space: no s * inf or 0 * inf, whatever the draw
-            log_s, sd = (math.log(self.s), self.s_sd) if self.params is None else (self.params[0], self.params[1])
+            log_s, sd = (self.log_exponent, self.s_sd) if self.params is None else (self.params[0], self.params[1])
             s = jnp.exp(log_s + sd * jax.random.normal(key, ()))
         return log_normalize(scale_logits(-jnp.log(jnp.arange(1, self.V + 1, dtype=jnp.float32)), s))
 
@@ -66,7 +69,7 @@ class Zipf(Law):
             big = self.s > float(np.finfo(np.float32).max)
             s32 = np.float32(np.inf) if big else np.float32(self.s)
             return Zipf(V=self.V, s=1.0, s_sd=0.0, s32=jnp.asarray(s32, jnp.float32))
-        return Zipf(V=self.V, s=1.0, s_sd=1.0, params=jnp.asarray(np.array([math.log(self.s), self.s_sd], np.float32)))
+        return Zipf(V=self.V, s=1.0, s_sd=1.0, params=jnp.asarray(np.array([self.log_exponent, self.s_sd], np.float32)))
 
     def node_logp(self, key, state, K: int):
         # already sorted: no top_k needed
@@ -76,13 +79,22 @@ class Zipf(Law):
         return jnp.concatenate([lp, jnp.full((K - self.V,), -jnp.inf, lp.dtype)])
 
     def native_program(self) -> NativeDrawn:
-        return NativeDrawn("zipf", a=self.exponent, b=self.s_sd)
+        return NativeDrawn("zipf", a=self.log_exponent, b=self.s_sd)
+
+    @property
+    def log_exponent(self) -> float:
+        """log s in float64 (-inf for an exponent of 0)."""
+        if self.log_s is not None:
+            return self.log_s
+        s = self.exponent
+        return math.log(s) if s > 0 else -math.inf
 
     def tempered(self, log_inv_T: float) -> Zipf | None:
         # p^(1/T) of a Zipf law is the Zipf law of exponent s / T (a node's random exponent s_u / T: the same s_sd)
         if self.s32 is not None or self.params is not None:
             return None
-        return Zipf(V=self.V, s=scale_from_log(math.log(self.s) + log_inv_T), s_sd=self.s_sd)
+        log_s = self.log_exponent + log_inv_T
+        return Zipf(V=self.V, s=scale_from_log(log_s), s_sd=self.s_sd, log_s=log_s)
 
     @property
     def deterministic(self) -> bool:
@@ -96,7 +108,8 @@ class Zipf(Law):
     def exact_moments(self):
         if self.s_sd > 0:
             return None
-        lz = -self.exponent * np.log(np.arange(1, self.V + 1, dtype=np.float64))
+        with np.errstate(over="ignore"):  # an exponent near float64's largest: -inf past rank 1, a point mass
+            lz = -self.exponent * np.log(np.arange(1, self.V + 1, dtype=np.float64))
         lz -= np.logaddexp.reduce(lz)
         h, m2 = entropy_moments(lz)
         return float(h) + 0.0, float(m2)  # + 0.0: a zero entropy is 0.0, not -0.0
