@@ -164,3 +164,65 @@ def test_eagle_head_training_says_whether_its_features_were_cached(tmp_path, mon
     for head in tmp_path.glob("eagle-head/*/head.pt"):  # the head trained again from the features kept
         head.unlink()
     assert eagle_head.open_drafter(tiny, quick=True, progress=False).meta["features_cached"] is True
+
+
+def _walked(pool_logp):
+    with np.errstate(divide="ignore"):  # log 0 = -inf: a token of no probability
+        logp = np.log(np.array(pool_logp))
+    walks = types.SimpleNamespace(pool_logp=logp, H=np.array([[0.5, np.nan]]),
+                                  M2=np.array([[0.25, np.nan]]))  # fmt: skip
+    return types.SimpleNamespace(walks=walks)
+
+
+def test_a_surrogate_pool_is_truncated_only_where_a_row_misses_mass():
+    from brwsim.llm.measure._task import pool_law
+
+    law, mu, mu2 = pool_law("code", [_walked([[0.5, 0.5], [0.25, 0.75]]), _walked([[1.0, 0.0]])])
+    assert law.truncated is False and (mu, mu2) == (0.5, 0.25)
+    assert law.logp.shape == (3, 2)
+    law, _, _ = pool_law("code", [_walked([[0.5, 0.5]]), _walked([[0.5, 0.25]])])
+    assert law.truncated is True
+
+
+@needs_llm
+def test_a_model_transformers_cannot_load_is_one_line_naming_the_offline_names(tmp_path):
+    from brwsim.llm.sources._models import MODELS, _load_hf
+
+    with pytest.raises(BrwsimError) as e:
+        _load_hf("my-model", str(tmp_path), {}, None)  # an empty directory
+    msg = str(e.value)
+    assert msg.startswith("cannot load model 'my-model': ") and "\n" not in msg
+    assert msg.endswith(f" (names known offline: {', '.join(MODELS)})")
+
+
+def test_a_speculative_session_names_the_builder_it_drafts_with(monkeypatch):
+    from brwsim.llm.drafters import Proposer
+    from brwsim.llm.specdec import _draft
+
+    class Paths(Proposer):
+        def tree(self, ids, P):
+            return [(7,), (7, 8)][:P]
+
+        def chain(self, ids, P):
+            return self.tree(ids, P)
+
+        @classmethod
+        def open(cls, spec, target, log=None):
+            return cls()
+
+    s = _draft.DraftSession(Paths(), None, [1, 2])
+    assert s.builder == "lookup_tree" and s.ctx is None and s.tree(2) == [(7,), (7, 8)] and s.tree(0) == []
+    opened = []
+    monkeypatch.setattr(_draft, "open_chain", lambda drafter, ids, features: opened.append((drafter, ids)) or "ctx")
+    s = _draft.DraftSession("a drafter with a q", None, [1, 2])
+    assert s.builder == "topq" and s.ctx == "ctx" and opened == [("a drafter with a q", [1, 2])]
+
+
+def test_a_model_directory_that_does_not_exist_is_named_as_the_model(tmp_path):
+    from brwsim.llm.sources._check import check_model_shapes
+
+    with pytest.raises(BrwsimError) as e:
+        check_model_shapes(tmp_path / "absent")
+    assert (
+        str(e.value) == f"model: {str(tmp_path / 'absent')!r} is not a directory (give a transformers model directory)"
+    )
