@@ -423,7 +423,8 @@ M2B = 0.75 * math.log(0.75) ** 2 + 0.25 * math.log(0.25) ** 2
 
 
 def two_state(ka, kb, initial="a", pb=(0.75, 0.25)):
-    """States a: fixed (1/2, 1/2) and b: ``pb`` under a temperature of 1 (the O(V) step, which reads the rank).
+    """States a: fixed (1/2, 1/2) and b: ``pb`` under a temperature one ulp above 1 (the O(V) step, which reads the
+    rank; 1/T is 1 in float32, so its rows are ``pb``'s; a temperature of exactly 1 is the fixed law itself).
 
     ``ka``, ``kb``: the next-state rows [Pr(a), Pr(b)] of the child of rank 0 and of rank >= 1.
     Every law built here has one structure (one compilation of the walk step per state).
@@ -435,7 +436,7 @@ def two_state(ka, kb, initial="a", pb=(0.75, 0.25)):
             "kernel": {"a": ka, "b": kb},
         }
     )
-    return dataclasses.replace(law, laws=(fixed_law([0.5, 0.5]), Temp(law=fixed_law(list(pb)), T=1.0)))
+    return dataclasses.replace(law, laws=(fixed_law([0.5, 0.5]), Temp(law=fixed_law(list(pb)), T=1.0 + 2**-52)))
 
 
 TO_A, TO_B = [1.0, 0.0], [0.0, 1.0]  # kernel rows: the child's state is a, or b
