@@ -1194,18 +1194,18 @@ static void search_drawn(const Drawn& L, States* mk, const uint32_t* tree_keys, 
   if (mk)
     for (const Drawn& q : mk->laws) V = std::max(V, q.V);
   RowBuf rb(V, K);
+  // the first `want` entries of the row of the node of key (nk0, nk1) in `state`: drawn under fold_in(key, 0)
+  auto node_row = [&](uint32_t nk0, uint32_t nk1, int32_t state, float* row, int64_t want, int32_t* held) {
+    uint32_t kk0[LANES] = {nk0}, kk1[LANES] = {nk1}, dk0[LANES], dk1[LANES];
+    fold_in_const(kk0, kk1, 0, dk0, dk1);
+    return draw_row(mk ? mk->laws[state] : L, dk0[0], dk1[0], rb, row, want, held);
+  };
   for (int64_t t = 0; t < B; t++) {
     uint32_t k0 = tree_keys[2 * t], k1 = tree_keys[2 * t + 1];
     Heap hp{hb.data(), 0};
-    int64_t sorted_root;
     int32_t held_root;
     int32_t s0 = mk ? draw_state(mk->init.data(), mk->S, k0, k1) : 0;
-    {
-      uint32_t dk0[LANES], dk1[LANES];
-      uint32_t kk0[LANES] = {k0}, kk1[LANES] = {k1};
-      fold_in_const(kk0, kk1, 0, dk0, dk1);
-      sorted_root = draw_row(mk ? mk->laws[s0] : L, dk0[0], dk1[0], rb, rows.data(), LAZY, &held_root);
-    }
+    const int64_t sorted_root = node_row(k0, k1, s0, rows.data(), LAZY, &held_root);
     // Rec.row: how many row entries are sorted; Rec.held: how many are drawn (a row's first LAZY until the search
     // reaches past them: drawn again whole from the node's key, the same values)
     rec[0] = Rec{0.0f, int32_t(sorted_root), 0, s0, 0, k0, k1, held_root};
@@ -1221,12 +1221,8 @@ static void search_drawn(const Drawn& L, States* mk, const uint32_t* tree_keys, 
       Rec& p = rec[j];
       int32_t r = p.ptr;
       p.ptr = r + 1;
-      if (r + 1 < K && r + 1 >= p.held) {  // past the entries drawn: the whole row, from the node's draw key
-        uint32_t nk0[LANES] = {p.k0}, nk1[LANES] = {p.k1}, dk0[LANES], dk1[LANES];
-        fold_in_const(nk0, nk1, 0, dk0, dk1);
-        p.row = int32_t(draw_row(mk ? mk->laws[p.state] : L, dk0[0], dk1[0], rb, rows.data() + size_t(j) * K, K,
-                                 &p.held));
-      }
+      if (r + 1 < K && r + 1 >= p.held)  // past the entries drawn: the whole row, from the node's key
+        p.row = int32_t(node_row(p.k0, p.k1, p.state, rows.data() + size_t(j) * K, K, &p.held));
       if (r + 1 < K && r + 1 >= p.row) p.row = int32_t(sort_more(rows.data() + size_t(j) * K, p.row, r + 1, K));
       float nxt = (r + 1 < K) ? rows[size_t(j) * K + r + 1] : -INFINITY;
       float cand = p.lp + nxt;
@@ -1240,11 +1236,9 @@ static void search_drawn(const Drawn& L, States* mk, const uint32_t* tree_keys, 
       fold_in(pk0, pk1, tag, c0, c1);
       int32_t sn = 0;
       if (mk) sn = draw_state(mk->row(p.state, r), mk->S, c0[0], c1[0]);
-      uint32_t dk0[LANES], dk1[LANES];
-      fold_in_const(c0, c1, 0, dk0, dk1);
       float* row = rows.data() + size_t(n) * K;
       int32_t held_n;
-      const int64_t sorted_n = draw_row(mk ? mk->laws[sn] : L, dk0[0], dk1[0], rb, row, LAZY, &held_n);
+      const int64_t sorted_n = node_row(c0[0], c1[0], sn, row, LAZY, &held_n);
       int32_t depth = p.depth + 1;
       rec[n] = Rec{m, int32_t(sorted_n), 0, sn, depth, c0[0], c1[0], held_n};
       float c = m + row[0];

@@ -146,7 +146,7 @@ def scale_logits(y: jax.Array, c: float, split_ties: bool = False) -> jax.Array:
     stays 0, so no ``0 * inf`` or ``inf / inf`` can make a NaN.
     """
     if isinstance(c, (int, float)):
-        c32 = np.float32(np.inf) if c > float(np.finfo(np.float32).max) else np.float32(c)
+        c32 = np.float32(float32_scale(c))
     else:  # traced: float32 arithmetic already overflows to inf and underflows to 0
         c32 = jnp.asarray(c, jnp.float32)
     scaled = jnp.where(y == 0, 0.0, jnp.where(jnp.isneginf(y), -jnp.inf, y * c32))

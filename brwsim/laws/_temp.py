@@ -91,9 +91,16 @@ class Temp(Law):
         lp = law.full_logp(key, state)
         return log_normalize(scale_logits(lp - jnp.max(lp), scale_from_log(log_inv_T), split_ties=True))
 
-    def node_logp(self, key, state, K: int):
+    @property
+    def folded(self) -> Law | None:
+        """The law this temperature comes to when nothing is left to scale its rows by (at T = 1, or folded into
+        the law's own scale), else None."""
         law, log_inv_T = self.effective()
-        return law.node_logp(key, state, K) if log_inv_T == 0.0 else super().node_logp(key, state, K)
+        return law if log_inv_T == 0.0 else None
+
+    def node_logp(self, key, state, K: int):
+        law = self.folded
+        return super().node_logp(key, state, K) if law is None else law.node_logp(key, state, K)
 
     def with_data_params(self) -> Law:
         law, log_inv_T = self.effective()
@@ -105,31 +112,31 @@ class Temp(Law):
 
     def native_program(self) -> NativeDrawn | None:
         # a drawn law's program (the temperature folded into it); an indexed law's rows are not this law's table
-        law, log_inv_T = self.effective()
-        prog = law.native_program() if log_inv_T == 0.0 else None
+        law = self.folded
+        prog = None if law is None else law.native_program()
         return prog if isinstance(prog, NativeDrawn) else None
 
     def table_bytes(self) -> int:
-        law, log_inv_T = self.effective()
-        return law.table_bytes() if log_inv_T == 0.0 else 0
+        law = self.folded
+        return 0 if law is None else law.table_bytes()
 
     def exact_moments(self):
-        law, log_inv_T = self.effective()
-        return law.exact_moments() if log_inv_T == 0.0 else None
+        law = self.folded
+        return None if law is None else law.exact_moments()
 
     def spine_tables(self) -> dict:
-        law, log_inv_T = self.effective()
-        return law.spine_tables() if log_inv_T == 0.0 else {}
+        law = self.folded
+        return {} if law is None else law.spine_tables()
 
     def costly_spine_step(self, need_rank: bool) -> bool:
-        law, log_inv_T = self.effective()
-        return law.costly_spine_step(need_rank) if log_inv_T == 0.0 else True
+        law = self.folded
+        return True if law is None else law.costly_spine_step(need_rank)
 
     def spine_step(self, tables, key, need_rank, need_H, exact):
-        law, log_inv_T = self.effective()
-        if log_inv_T == 0.0:
-            return law.spine_step(tables, key, need_rank, need_H, exact)
-        return super().spine_step(tables, key, need_rank, need_H, exact)
+        law = self.folded
+        if law is None:
+            return super().spine_step(tables, key, need_rank, need_H, exact)
+        return law.spine_step(tables, key, need_rank, need_H, exact)
 
     @property
     def deterministic(self) -> bool:

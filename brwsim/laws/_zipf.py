@@ -11,7 +11,16 @@ import numpy as np
 from .._moments import entropy_moments
 from .._registry import data_field
 from .._spec import Spec, number
-from ._base import Law, NativeDrawn, log_normalize, register, scale_from_log, scale_logits, vocab_size
+from ._base import (
+    Law,
+    NativeDrawn,
+    float32_scale,
+    log_normalize,
+    register,
+    scale_from_log,
+    scale_logits,
+    vocab_size,
+)
 from ._fixed import cdf_step, cdf_tables
 
 S_SD_MAX = 1e30  # s_sd * N(0, 1) stays finite in float32
@@ -66,9 +75,7 @@ class Zipf(Law):
 
     def with_data_params(self) -> Zipf:
         if self.s_sd == 0:  # deterministic: s as data (its spine tables and exact moments stay the law's own)
-            big = self.s > float(np.finfo(np.float32).max)
-            s32 = np.float32(np.inf) if big else np.float32(self.s)
-            return Zipf(V=self.V, s=1.0, s_sd=0.0, s32=jnp.asarray(s32, jnp.float32))
+            return Zipf(V=self.V, s=1.0, s_sd=0.0, s32=jnp.asarray(float32_scale(self.s), jnp.float32))
         return Zipf(V=self.V, s=1.0, s_sd=1.0, params=jnp.asarray(np.array([self.log_exponent, self.s_sd], np.float32)))
 
     def node_logp(self, key, state, K: int):
