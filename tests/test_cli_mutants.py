@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from brwsim import _interrupts as interrupts
+from brwsim import cli
 from brwsim.cli import _args, _laws, _llm, _plan, _reproduce, _simulate, _table, build_parser, main
 from brwsim.errors import BrwsimError
 from brwsim.laws import parse_law
@@ -573,3 +574,569 @@ def test_an_interrupt_before_anything_finished_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(_simulate, "_cmd", interrupted)
     assert main(["simulate", "--law", "L"]) == 130
     assert capsys.readouterr().err == "brwsim: interrupted before anything finished\n"
+
+
+# --- every table, refusal and argument, whole (written before the fourth sample) -----------------------------------
+# Each printed text is compared whole with the text expected here; each slow call a command makes is a recorder
+# whose arguments are compared whole.
+
+
+def test_bound_columns_and_their_group_titles():
+    groups = [("bounds", ["dual", "splitting", "renewal"]), ("predictions", ["theorem1_leading"]), ("iid_only", ["x"])]
+    assert _table.bound_header(groups) == "       dual  splitting    renewal  theorem1_leading          x"
+    assert _table.group_header(5, groups) == "       ---- rigorous upper bounds ----  -- not bounds --   i.i.d.-only "
+    assert _table.group_header(0, []) == ""
+    # the long title where it fits with a space each side (width 23 = 21 + 2), else the short one
+    assert _table.group_header(0, [("bounds", ["dual", "abcdefghijkl"])]) == "   rigorous upper bounds "
+    assert _table.group_header(0, [("bounds", ["dual", "abcdefghijk"])]) == "  -- rigorous bounds ---"
+    assert _table.group_header(1, [("iid_only", ["a" * 25])]) == "    i.i.d.-only, not bounds "
+    assert _table.group_header(1, [("iid_only", ["a" * 24])]) == "   ----- i.i.d.-only ------"
+
+
+def test_bound_cells_of_a_row_without_a_group_or_a_column():
+    groups = [("bounds", ["dual", "theorem1_leading"]), ("iid_only", ["renewal"])]
+    assert _table.bound_cells({"bounds": {"dual": 1.5}, "iid_only": None}, groups) == (
+        "     1.5000                 -          -"
+    )
+    assert _table.bound_cells({}, groups) == "          -                 -          -"
+    assert _table.bound_notes([("predictions", ["asymptotic"])]) == ["[asymptotic] " + _table.PREDICTION_NOTE]
+
+
+def test_strict_json_writes_null_for_no_value_and_refuses_a_non_finite_result():
+    d = {"results": [{"P": 2, "mean": 1.0, "ci95": math.inf, "se": -math.inf, "pair": (1, math.nan)}], "mu": 0.5}
+    assert _table.strict_json(d) == (
+        '{"results": [{"P": 2, "mean": 1.0, "ci95": null, "se": null, "pair": [1, null]}], "mu": 0.5}'
+    )
+    for key in _table.REQUIRED_FINITE:
+        with pytest.raises(BrwsimError) as e:
+            _table.strict_json({"a": {"b": [{key: -math.inf}]}})
+        assert str(e.value) == (
+            f"internal error: the result's a.b[0].{key} is -inf, not a finite number; nothing was printed "
+            "(please report the command)"
+        )
+    with pytest.raises(BrwsimError) as e:
+        _table.strict_json({"mu": math.nan})
+    assert str(e.value).startswith("internal error: the result's mu is nan, not a finite number;")
+    with pytest.raises(BrwsimError) as e:  # E[X] is checked in [0, P] before JSON is written
+        _table.strict_json({"P": 1, "mean": 1.5})
+    assert str(e.value).startswith("internal error: E[X] = 1.5 at P = 1 (.mean) lies outside [0, P]")
+
+
+def test_an_expected_value_outside_zero_to_P_is_named_with_its_path():
+    for key in ("mean", "check_mean", "ex"):
+        with pytest.raises(BrwsimError) as e:
+            _table.check_expected_values({"tables": [{"rows": [{"P": 1}, {"P": 1, key: 1.5}]}]})
+        assert str(e.value) == (
+            f"internal error: E[X] = 1.5 at P = 1 (tables[0].rows[1].{key}) lies outside [0, P]; nothing was printed "
+            "(please report the command)"
+        )
+    P = 4
+    _table.check_expected_values({"P": P, "mean": -_table.EX_TOL * P, "ex": P * (1 + _table.EX_TOL)})  # at the edge
+    _table.check_expected_values({"P": 0, "mean": 5.0})  # no budget: nothing to check
+    _table.check_expected_values({"P": 1.0, "mean": 5.0})
+    _table.check_expected_values({"P": 1, "mean": 5})  # (an integer is not an estimate)
+    with pytest.raises(BrwsimError):
+        _table.check_expected_values(({"P": 1, "ex": math.inf},))
+
+
+def test_budgets_are_read_from_a_comma_list():
+    assert _args.P_list("1, 2,,3 ") == [1, 2, 3] and _args.P_list(" ") == []
+    for text in ("1,a", None):
+        with pytest.raises(BrwsimError) as e:
+            _args.P_list(text)
+        assert str(e.value) == f"--P must be a comma-separated list of integers, e.g. 1,4,16; got {text!r}"
+
+
+def test_emit_checks_expected_values_before_printing_a_table(capsys):
+    shown = []
+    with pytest.raises(BrwsimError):
+        _args.emit(types.SimpleNamespace(json=False), {"P": 1, "mean": 2.0}, shown.append)
+    with pytest.raises(BrwsimError):
+        _args.emit(types.SimpleNamespace(json=True), {"P": 1, "mean": 2.0}, shown.append)
+    assert shown == [] and capsys.readouterr().out == ""
+
+
+# --- the command: its parser's errors, the processes joined, errors and signals -----------------------------------
+
+
+def test_a_parser_error_is_one_line_naming_the_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--trees", "2"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == (
+        "brwsim simulate: error: the following arguments are required: --law (see brwsim simulate --help)\n"
+    )
+    with pytest.raises(SystemExit) as e:
+        main(["--num-processes", "x", "laws"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == (
+        "brwsim: error: argument --num-processes: invalid int value: 'x' (see brwsim --help)\n"
+    )
+
+
+def _command(monkeypatch, cmd):
+    """``brwsim simulate``'s command replaced by ``cmd``; the processes' start and success recorded."""
+    seen = []
+    monkeypatch.setattr(cli.processes, "start", lambda *a, **kw: seen.append(("start", a, kw)))
+    monkeypatch.setattr(cli.processes, "succeeded", lambda: seen.append("succeeded"))
+    monkeypatch.setattr(cli, "enable_compilation_cache", lambda: seen.append("cache"))
+    monkeypatch.setattr(_simulate, "_cmd", cmd)
+    return seen
+
+
+def test_the_command_joins_its_processes_with_every_option(monkeypatch, capsys):
+    seen = _command(monkeypatch, lambda args: print("ran") or 0)
+    assert main(["--coordinator", "h:1", "--num-processes", "3", "--process-id", "2", "--distributed", "auto",
+                 "--join-timeout", "5", "--heartbeat-timeout", "6", "simulate", "--law", "L"]) == 0  # fmt: skip
+    assert seen == ["cache", ("start", ("h:1", 3, 2), dict(auto=True, timeout=5, heartbeat=6)), "succeeded"]
+    assert capsys.readouterr().out == "ran\n"
+    seen.clear()
+    assert main(["simulate", "--law", "L"]) == 0
+    start = ("start", (None, None, None), dict(auto=False, timeout=cli.processes.JOIN_S,
+                                               heartbeat=cli.processes.HEARTBEAT_S))  # fmt: skip
+    assert seen == ["cache", start, "succeeded"]
+
+
+def test_an_error_is_one_line_with_status_2(monkeypatch, capsys):
+    def fails(args):
+        raise BrwsimError("--x is bad")
+
+    seen = _command(monkeypatch, fails)
+    assert main(["simulate", "--law", "L"]) == 2
+    assert capsys.readouterr().err == "brwsim: error: --x is bad\n" and "succeeded" not in seen
+
+
+def _signalled(signum, code, agreed=False):
+    def cmd(args):
+        interrupts._STATE.update(signal=signum, agreed=agreed)
+        return code
+
+    return cmd
+
+
+@pytest.mark.parametrize("signum,code,want", [(signal.SIGTERM, 0, 143), (signal.SIGHUP, 130, 129),
+                                              (signal.SIGTERM, 2, 2)])  # fmt: skip
+def test_a_signal_makes_a_finished_command_fail(monkeypatch, signum, code, want):
+    seen = _command(monkeypatch, _signalled(signum, code))
+    exits = []
+    monkeypatch.setattr(cli.os, "_exit", exits.append)
+    assert main(["simulate", "--law", "L"]) == want
+    assert "succeeded" not in seen and exits == []  # one process: it returns
+
+
+@pytest.mark.parametrize("agreed", [False, True])
+def test_a_process_stopped_alone_by_a_signal_exits_at_once(monkeypatch, agreed):
+    _command(monkeypatch, _signalled(signal.SIGTERM, 0, agreed))
+    exits = []
+    monkeypatch.setattr(cli.os, "_exit", exits.append)
+    monkeypatch.setattr(cli.processes, "several", lambda: True)
+    assert main(["simulate", "--law", "L"]) == 143
+    assert exits == ([] if agreed else [143])
+
+
+def test_an_interrupt_names_its_signal(monkeypatch, capsys):
+    def interrupted(args):
+        interrupts._STATE["signal"] = signal.SIGTERM
+        raise KeyboardInterrupt
+
+    _command(monkeypatch, interrupted)
+    assert main(["simulate", "--law", "L"]) == 143
+    assert capsys.readouterr().err == "brwsim: interrupted by SIGTERM before anything finished\n"
+
+
+# --- brwsim simulate, whole -----------------------------------------------------------------------------------------
+
+SIMULATE_ROWS = [
+    {"P": 1, "mean": 0.5, "ci95": 0.0625, "check_mean": 0.4375, "check_ci95": 0.125,
+     "bounds": {"dual": 0.75, "renewal": 0.875}, "iid_only": {"asymptotic": math.nan}},
+    {"P": 16, "mean": 3.25, "ci95": 0.5, "bounds": None, "predictions": {"theorem1_leading": math.inf}},
+]  # fmt: skip
+SIMULATE_TABLE = """\
+law dirichlet:V=9,alpha=1   drafter eagle   (Markov law: mu, mu_2 are the spine's long-run values)
+mu = 1.5000 +- 0.4900 nats, mu_2 = 2.5000 (exact) nats^2   trees 7 (interrupted: 7 of 20 finished), seed 11
+CONV; +- is the 95% confidence half-width of the estimate
+                                                 - rigorous bounds --  -- not bounds --   i.i.d.-only 
+      P       E[X]    +-95%      check    +-95%       dual    renewal  theorem1_leading  asymptotic
+      1     0.5000   0.0625     0.4375   0.1250     0.7500     0.8750                 -           -
+     16     3.2500   0.5000                             -          -               inf           -
+[dual, renewal] rigorous upper bounds: dual and splitting are spine estimates + 1.96 se at the minimising s \
+(one-sided upper 97.5% confidence values); renewal is a closed form, rigorous for i.i.d. laws
+[theorem1_leading] not bounds: asymptotic is a large-P prediction, theorem1_leading the leading term of Theorem 1
+[asymptotic] i.i.d.-only: the closed forms at the long-run mu, mu_2 assume i.i.d. trees; for this law they are \
+neither bounds nor predictions
+"""
+
+
+def test_a_simulation_table_is_printed_whole(capsys):
+    d = {"law": "dirichlet:V=9,alpha=1", "mu": 1.5, "mu_se": 0.25, "mu2": 2.5, "trees": 7, "trees_requested": 20,
+         "interrupted": True, "seed": 11, "convention": "CONV", "results": SIMULATE_ROWS, "iid": False,
+         "drafter": "eagle"}  # fmt: skip
+    out = io.StringIO()
+    _simulate.print_table(d, out)
+    assert out.getvalue() == SIMULATE_TABLE and capsys.readouterr().out == ""
+    d = {"law": "L", "mu": 0.5, "mu2": 0.25, "mu2_se": 0.5, "trees": 3, "seed": 0, "convention": "C",
+         "results": [{"P": 2, "mean": 1.0, "ci95": 0.25}]}  # fmt: skip
+    _simulate.print_table(d)
+    assert capsys.readouterr().out == (
+        "law L   drafter oracle   (i.i.d. law)\n"
+        "mu = 0.5000 (exact) nats, mu_2 = 0.2500 +- 0.9800 nats^2   trees 3, seed 0\n"
+        "C; +- is the 95% confidence half-width of the estimate\n"
+        "      P       E[X]    +-95%\n"
+        "      2     1.0000   0.2500\n"
+    )
+
+
+def _simulation(d, **kw):
+    return types.SimpleNamespace(**(dict(to_dict=lambda: d, seconds=1.25, interrupted=False) | kw))
+
+
+def test_simulate_prints_its_table_and_time_or_one_json_object(monkeypatch, capsys):
+    d = {"law": "L", "mu": 0.5, "mu2": 0.25, "trees": 3, "seed": 0, "convention": "C",
+         "results": [{"P": 2, "mean": 1.0, "ci95": math.nan}]}  # fmt: skip
+    monkeypatch.setattr(_simulate, "simulate", lambda law, **kw: _simulation(d))
+    assert _simulate._cmd(build_parser().parse_args(["simulate", "--law", "L"])) == 0
+    table = io.StringIO()
+    _simulate.print_table(d, table)
+    assert capsys.readouterr() == (table.getvalue() + "(1.2 s)\n", "")
+    assert _simulate._cmd(build_parser().parse_args(["simulate", "--law", "L", "--json"])) == 0
+    assert capsys.readouterr() == (_table.strict_json(d) + "\n", "")
+
+
+def test_an_interrupted_simulation_names_the_signal_and_its_process(monkeypatch, capsys):
+    monkeypatch.setitem(interrupts._STATE, "signal", signal.SIGHUP)
+    monkeypatch.setitem(interrupts._STATE, "by", 1)
+    d = {"law": "L", "mu": 0.5, "mu2": 0.25, "trees": 3, "seed": 0, "convention": "C", "results": []}
+    res = _simulation(d, interrupted=True, trees=3, trees_requested=8, checkpoint="ck")
+    monkeypatch.setattr(_simulate, "simulate", lambda law, **kw: res)
+    assert _simulate._cmd(build_parser().parse_args(["simulate", "--law", "L", "--json"])) == 129
+    assert capsys.readouterr().err == (
+        "brwsim: interrupted by SIGHUP (sent to process 1) after 3 of 8 trees: the estimates above use the finished "
+        "trees; no bounds were computed; the finished rounds are kept in ck: rerun the same command to resume\n"
+    )
+
+
+# --- brwsim reproduce, whole ----------------------------------------------------------------------------------------
+
+
+def test_an_interrupted_reproduce_says_what_it_kept(monkeypatch):
+    from experiments import common
+
+    results, _ = common.out_dirs()
+    assert _reproduce.interrupted_message(0, 0) == "brwsim: interrupted before any point finished; nothing was cached"
+    for computed, cached in [(1, 0), (0, 1), (2, 3)]:
+        assert _reproduce.interrupted_message(computed, cached) == (
+            f"brwsim: interrupted: {computed} point(s) computed and cached in this run, {cached} read from the cache "
+            f"(under {results / '.cache'}); rerun the same command to go on from them"
+        )
+
+
+def test_reproduce_counts_points_from_none_and_passes_its_defaults_on(monkeypatch, capsys):
+    from experiments import common
+
+    monkeypatch.setattr(common, "COUNTERS", {})
+    got = []
+
+    def run(**kw):
+        got.append(kw)
+        common.COUNTERS.update(computed=2, cached=0)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_reproduce, "run", run)
+    assert _reproduce._cmd(build_parser().parse_args(["reproduce"])) == 130
+    assert got == [dict(quick=False, only=None, seed=0, budget_seconds=None)]
+    assert capsys.readouterr() == ("", _reproduce.interrupted_message(2, 0) + "\n")
+
+
+# --- brwsim laws, whole ---------------------------------------------------------------------------------------------
+
+
+class _Sub:
+    def __init__(self, costly, seen):
+        self.costly, self.seen = costly, seen
+
+    def costly_spine_step(self, need_rank):
+        self.seen.append(need_rank)
+        return self.costly
+
+
+def _fake_law(costly: bool, seen: list, vocab: int = 1000):
+    subs = (_Sub(False, seen), _Sub(costly, seen))
+    return types.SimpleNamespace(spine_needs_rank=True, vocab=vocab, sub_laws=lambda: subs)
+
+
+def _memory_refusal(monkeypatch, avail, law, walks, P_max, mu) -> str | None:
+    monkeypatch.setattr(_laws, "available_memory", lambda: avail)
+    try:
+        _laws.check_walks_memory(law, walks, P_max, mu)
+    except BrwsimError as e:
+        return str(e)
+    return None
+
+
+def test_walks_that_do_not_fit_name_their_need_steps_and_the_largest_that_fits(monkeypatch):
+    seen = []
+    law = _fake_law(True, seen)
+    # s_max = ln(0.5 x 1000) + 3 = 9.21: 64 + ceil(2 x 9.21 / 0.5) = 101 steps; 64 x 101 + 12 x 1000 bytes a walk
+    assert _memory_refusal(monkeypatch, 1e6, law, 100, 1000, 0.5) == (
+        "--walks 100 needs about 0.00185 GB (up to 101 steps of 64 bytes per walk, plus O(V) rows), more than the "
+        "0.0008 GB a run may use here (80% of the memory available): the largest that fits is about --walks 43"
+    )
+    assert seen == [True, True]  # each sub-law asked with the law's need of the rank
+    assert _memory_refusal(monkeypatch, 1e4, law, 2, 1000, 0.5) == (
+        "--walks 2 needs about 3.69e-05 GB (up to 101 steps of 64 bytes per walk, plus O(V) rows), more than the "
+        "8e-06 GB a run may use here (80% of the memory available): the largest that fits is about --walks 0"
+    )
+    cheap = _fake_law(False, [])
+    # mu = 0: 64 steps of 64 bytes; 2 walks need 8192 bytes, exactly 80% of 10240
+    assert _memory_refusal(monkeypatch, 10240, cheap, 2, 1000, 0.0) is None
+    assert _memory_refusal(monkeypatch, 10239, cheap, 2, 1000, 0.0) == (
+        "--walks 2 needs about 8.19e-06 GB (up to 64 steps of 64 bytes per walk), more than the 8.19e-06 GB a run "
+        "may use here (80% of the memory available): the largest that fits is about --walks 1"
+    )
+
+
+@pytest.mark.parametrize(
+    "walks,P_max,mu,steps",
+    [
+        (2, 1000, 0.5, 101),  # 64 + ceil(2 (ln(mu P) + 3) / mu)
+        (2, 1, 1e-3, 4000),  # at most MAX_STEPS
+        (2**22 // 32, 1000, 0.5, 64),  # POINTS_MAX // walks below 64: 64
+        (2**22 // 80, 1000, 0.5, 80),  # POINTS_MAX // walks = 80 < 101
+        (2, 1, 2.0, 68),  # ln(2) + 3 = 3.69: 64 + ceil(3.69)
+        (2, 1, 1e-301, 4000),
+    ],
+)
+def test_the_steps_a_walk_is_planned_for(monkeypatch, walks, P_max, mu, steps):
+    msg = _memory_refusal(monkeypatch, 1.0, _fake_law(False, []), walks, P_max, mu)
+    assert f" (up to {steps} steps of 64 bytes per walk), " in msg
+    assert msg.startswith(f"--walks {walks} needs about {walks * 64 * steps / 1e9:.3g} GB ")
+
+
+def test_walk_indices_are_32_bit(monkeypatch):
+    law = _fake_law(False, [])
+    assert _memory_refusal(monkeypatch, None, law, 2**32 - 1, 4, 1.0) is None
+    assert _memory_refusal(monkeypatch, None, law, 2**32, 4, 1.0) == (
+        "--walks must be at most 4294967295 (walk indices are 32-bit), got 4294967296"
+    )
+    assert _memory_refusal(monkeypatch, 1e30, law, 2**32, 4, 1.0) == (
+        "--walks must be at most 4294967295 (walk indices are 32-bit), got 4294967296"
+    )
+    assert _memory_refusal(monkeypatch, 3e13, law, 2**33, 4, 0.0) == (
+        "--walks 8589934592 needs about 3.52e+04 GB (up to 64 steps of 64 bytes per walk), more than the 2.4e+04 GB "
+        "a run may use here (80% of the memory available): the largest that fits is about --walks 4294967295"
+    )
+
+
+def test_the_spine_curve_lies_below_the_smaller_of_its_limit_and_coverage():
+    for limit, coverage in [(2.0, 1.0), (0.5, 1.0)]:
+        curves = types.SimpleNamespace(limit=limit, coverage=coverage, threshold_curve=_Curves().threshold_curve)
+        spine = _laws._curve(curves, 5)
+        hi = min(limit, coverage)
+        assert list(spine) == ["walks", "coverage", "curve"] and spine["walks"] == 5 and spine["coverage"] == coverage
+        for k, row in enumerate(spine["curve"], 1):
+            t = hi * (1 - 1e-9) * k / 8  # (the 8 points after 0 of 9 evenly spaced up to just below hi)
+            assert row == {"t": pytest.approx(t, rel=1e-12), "N": pytest.approx(t), "N_se": pytest.approx(t + 1),
+                           "value": pytest.approx(t + 2), "value_se": pytest.approx(t + 3)}  # fmt: skip
+            assert all(type(v) is float for v in row.values())
+        assert len(spine["curve"]) == 8 and spine["curve"][-1]["t"] < hi
+    curves = types.SimpleNamespace(limit=1.0, coverage=0.0, threshold_curve=None)
+    assert _laws._curve(curves, 5) == {"walks": 5, "coverage": 0.0}
+
+
+def test_a_laws_summary_holds_every_value_and_passes_its_law_seed_and_walks_on(monkeypatch):
+    import jax
+
+    from brwsim._stats import CONVENTION
+    from brwsim.theory import KINDS
+
+    calls = []
+    state = types.SimpleNamespace(to_dict=lambda: {"fraction": 1.0})
+    mom = types.SimpleNamespace(mu=0.5, mu2=0.375, mu_se=0.125, mu2_se=0.25, exact=False, per_state={"a": state})
+
+    def key_of(key):
+        return jax.random.key_data(key).tolist()
+
+    monkeypatch.setattr(_laws, "check_tables", lambda law: calls.append(("tables", law.spec())))
+    monkeypatch.setattr(_laws, "check_spine", lambda law, walks, what: calls.append(("spine", law.spec(), walks, what)))
+    monkeypatch.setattr(_laws, "moments", lambda key, law: calls.append(("moments", key_of(key), law.spec())) or mom)
+    monkeypatch.setattr(_laws, "check_walks_memory", lambda *a: calls.append(("memory", a[0].spec(), *a[1:])))
+
+    def law_curves(key, law, P_max, **kw):
+        calls.append(("curves", key_of(key), law.spec(), P_max, kw))
+        return _Curves()
+
+    def bounds_from_curves(curves, *a):
+        calls.append(("bounds", type(curves), *a))
+        return [types.SimpleNamespace(P=4, to_dict=lambda: {"bounds": {"dual": 1.0}})]
+
+    monkeypatch.setattr(_laws, "law_curves", law_curves)
+    monkeypatch.setattr(_laws, "bounds_from_curves", bounds_from_curves)
+    law = parse_law("fixed:probs=0.5/0.5")
+    spec = law.spec()
+    seed = _laws.SEED_MAX
+    d = _laws.laws_summary(law, [4, 1], walks=16, seed=seed, margin_z=2.5)
+    assert d == {"law": spec, "convention": CONVENTION, "iid": True, "vocab": 2, "mu": 0.5, "mu2": 0.375,
+                 "mu_se": 0.125, "mu2_se": 0.25, "exact": False, "states": {"a": {"fraction": 1.0}},
+                 "spine": _laws._curve(_Curves(), 16), "results": [{"P": 4, "bounds": {"dual": 1.0}}],
+                 "kinds": KINDS}  # fmt: skip
+    key = key_of(jax.random.key(seed))
+    assert calls == [("tables", spec), ("spine", spec, 16, "brwsim laws"), ("moments", key, spec),
+                     ("memory", spec, 16, 4, 0.5), ("curves", key, spec, 4, dict(walks=16, mu_hint=0.5)),
+                     ("bounds", _Curves, [1, 4], 0.5, 0.375, True, 2.5)]  # fmt: skip
+    mom.per_state = {}
+    assert "states" not in _laws.laws_summary("fixed:probs=0.5/0.5", [1], walks=2, seed=0)
+
+
+def test_a_laws_seed_is_a_64_bit_integer():
+    with pytest.raises(BrwsimError) as e:
+        _laws.laws_summary("fixed:probs=1", [1], seed=_laws.SEED_MAX + 1)
+    assert str(e.value) == (
+        "seed must be an integer in [0, 9223372036854775807] (a 64-bit PRNG seed), got 9223372036854775808"
+    )
+    with pytest.raises(BrwsimError) as e:
+        _laws.laws_summary("fixed:probs=1", [1], seed=-1)
+    assert str(e.value) == "seed must be an integer >= 0, got -1"
+    with pytest.raises(BrwsimError) as e:
+        _laws.laws_summary("fixed:probs=1", [0])
+    assert str(e.value).startswith("P must be an integer >= 1")
+
+
+LAWS_SUMMARY = """\
+law markov:x   Markov (mu, mu_2: the spine's long-run values), V = 7
+mu = 1.2500 +- 0.9800 nats, mu_2 = 2.0000 (exact) nats^2
+spine: 4 walks, observed up to S = 0.000
+C
+         - rigorous bounds --   not bounds    i.i.d.-only 
+      P       dual  splitting  asymptotic    renewal      dual est +- se
+      1          -          -      0.5000     1.0000     0.2500 +- 0.0625
+     64     9.5000     8.2500           -          -     7.0000 +- 1.0000
+[dual, splitting] rigorous upper bounds: dual and splitting are spine estimates + 1.96 se at the minimising s \
+(one-sided upper 97.5% confidence values)
+[asymptotic] not bounds: asymptotic is a large-P prediction, theorem1_leading the leading term of Theorem 1
+[renewal] i.i.d.-only: the closed forms at the long-run mu, mu_2 assume i.i.d. trees; for this law they are \
+neither bounds nor predictions
+"""
+
+
+def test_a_markov_laws_summary_without_states_or_curve_is_printed_whole(capsys):
+    d = {"law": "markov:x", "iid": False, "vocab": 7, "mu": 1.25, "mu_se": 0.5, "mu2": 2.0, "mu2_se": 0.0,
+         "spine": {"walks": 4, "coverage": 0.0}, "convention": "C",
+         "results": [{"P": 1, "predictions": {"asymptotic": 0.5}, "iid_only": {"renewal": 1.0}, "dual_estimate": 0.25,
+                      "dual_se": 0.0625},
+                     {"P": 64, "bounds": {"dual": 9.5, "splitting": 8.25}, "dual_estimate": 7.0, "dual_se": 1.0}]}  # fmt: skip
+    _laws.print_summary(d)
+    assert capsys.readouterr().out == LAWS_SUMMARY
+    _laws.print_summary(d | {"states": None})
+    assert capsys.readouterr().out == LAWS_SUMMARY
+
+
+def test_laws_prints_its_table_by_default(monkeypatch, capsys):
+    d = {"law": "L", "iid": True, "vocab": 3, "mu": 0.5, "mu_se": 0.0, "mu2": 0.25, "mu2_se": 0.0,
+         "spine": {"walks": 8, "coverage": 0.0}, "convention": "C", "results": []}  # fmt: skip
+    got = []
+    monkeypatch.setattr(_laws, "laws_summary", lambda *a, **kw: got.append((a, kw)) or d)
+    assert _laws._cmd(build_parser().parse_args(["laws", "--law", "L"])) == 0
+    assert got == [(("L", [1, 4, 16, 64, 1024]), dict(walks=8192, seed=0))]
+    _laws.print_summary(d)
+    table = capsys.readouterr().out
+    assert table.startswith("law L   i.i.d., V = 3\n") and table == table[: len(table) // 2] * 2
+
+
+# --- brwsim llm, whole ----------------------------------------------------------------------------------------------
+
+LLM_TABLE = """\
+model m (vocab 5), prompts pydoc, T = 1, C
+task code: 2 prompts, mu = 0.5000 +- 0.0625, mu_2 = 1.2500 +- 0.1250 (nats, along 12 sampled continuations)
+                                    rigorous bounds    i.i.d.-only 
+    P    oracle   +-95% surrogate       dual    renewal
+    1    0.5000  0.1250    0.3750     0.7500     1.5000
+    4    1.2500       -         -     2.2500          -
+[dual] rigorous upper bounds: dual and splitting are spine estimates + 1.96 se at the minimising s (one-sided upper \
+97.5% confidence values)
+[renewal] i.i.d.-only: the closed forms at the long-run mu, mu_2 assume i.i.d. trees; for this law they are neither \
+bounds nor predictions
+drafters of code
+task prose: 1 prompts, mu = nan +- nan, mu_2 = nan +- nan (nats, along 0 sampled continuations)
+                                 
+    P    oracle   +-95% surrogate
+    2    0.2500  0.0625         -
+drafters of prose
+model phase 2.0 s, 0% in forward passes; load 0.2 s; total 3.2 s
+"""
+
+
+def _llm_run():
+    res1 = [{"P": 1, "mean": 0.5, "ci95": 0.125, "surrogate": 0.375, "bounds": {"dual": 0.75}, "iid_only": {"renewal": 1.5}},
+            {"P": 4, "mean": 1.25, "ci95": None, "surrogate": None, "bounds": {"dual": 2.25}}]  # fmt: skip
+    t1 = {"task": "code", "prompts": 2, "results": res1, "mu": 0.5, "mu2": 1.25, "mu_ci95": 0.0625, "mu2_ci95": 0.125,
+          "walks": 12}  # fmt: skip
+    t2 = {"task": "prose", "prompts": 1, "results": [{"P": 2, "mean": 0.25, "ci95": 0.0625}]}
+    timing = {"load_seconds": 0.25, "model_phase_seconds": 2.0, "forward_seconds": 1.0, "forward_fraction": None,
+              "total_seconds": 3.25, "host_bytes_per_node": None}  # fmt: skip
+    return run_from_dict({"model": "m", "vocab_size": 5, "prompts": "pydoc", "convention": "C", "tasks": [t1, t2],
+                          "timing": timing})  # fmt: skip
+
+
+def test_a_real_model_table_of_two_tasks_is_printed_whole(monkeypatch, capsys):
+    monkeypatch.setattr(_llm, "print_drafters", lambda t, out: print(f"drafters of {t.task}", file=out))
+    out = io.StringIO()
+    _llm.print_llm(_llm_run(), out)
+    assert out.getvalue() == LLM_TABLE and capsys.readouterr().out == ""
+    _llm.print_llm(_llm_run())
+    assert capsys.readouterr().out == LLM_TABLE
+
+
+def test_the_options_of_a_real_model_run_are_every_argument(monkeypatch):
+    from brwsim.llm.run import RunOptions
+
+    args = build_parser().parse_args(
+        ["llm", "--model", "gemma3-270m", "--prompts", "pydoc", "--n", "3", "--P", "4,2", "--walks", "6", "--depth",
+         "6", "--seed", "7", "--trees", "8", "--batch", "2", "--prompt-batch", "3", "--dtype", "bfloat16", "--threads",
+         "2", "--device", "cpu", "--max-prompt-tokens", "99", "--save-pool", "SP", "--drafter", "lookup:n=3",
+         "--drafter", "lookup:n=2", "--temperature", "0.5", "--check-samples", "11", "--heldout-tokens", "12",
+         "--check-P", "13"])  # fmt: skip
+    assert _llm.options(args) == RunOptions(
+        model="gemma3-270m", prompts="pydoc", n=3, P=(2, 4), walks=6, depth=6, seed=7, trees=8, batch=2, prompt_batch=3,
+        dtype="bfloat16", threads=2, device="cpu", max_prompt_tokens=99, save_pool="SP", record=None,
+        drafters=("lookup:n=3", "lookup:n=2"), temperature=0.5, check_samples=11, check_P=13, heldout_tokens=12)  # fmt: skip
+    args = build_parser().parse_args(["llm", "--record", "R.npz"])
+    assert _llm.options(args) == RunOptions(record="R.npz")
+    with pytest.raises(BrwsimError) as e:
+        _llm.options(build_parser().parse_args(["llm", "--walks", "1", "--n", "15"]))
+    assert str(e.value).startswith("--walks 1 x --n 15 gives 15 sampled continuations per task;")
+
+
+def test_llm_logs_to_stderr_and_prints_its_table(monkeypatch, capsys):
+    run = _llm_run()
+    monkeypatch.setattr(_llm, "require_llm", lambda: None)
+    monkeypatch.setattr(_llm, "options", lambda args: "opts")
+    monkeypatch.setattr(_llm, "print_drafters", lambda t, out: None)
+    got = []
+
+    def run_llm(opts, log):
+        got.append(opts)
+        if log is not None:
+            log("measuring")
+        return run
+
+    monkeypatch.setattr(_llm, "run_llm", run_llm)
+    assert _llm._cmd(build_parser().parse_args(["llm"])) == 0
+    table = io.StringIO()
+    _llm.print_llm(run, table)
+    assert got == ["opts"] and capsys.readouterr() == (table.getvalue(), "measuring\n")
+    assert _llm._cmd(build_parser().parse_args(["llm", "--json"])) == 0
+    assert capsys.readouterr() == (_table.strict_json(run.to_dict()) + "\n", "")
+
+
+def test_an_interrupted_real_model_run_says_how_many_prompts_finished(monkeypatch, capsys):
+    monkeypatch.setitem(interrupts._STATE, "signal", signal.SIGTERM)
+    monkeypatch.setitem(interrupts._STATE, "by", None)
+    res = run_from_dict({"model": "m", "interrupted": True, "prompts_finished": 2, "prompts_requested": 5, "tasks": []})
+    monkeypatch.setattr(_llm, "options", lambda args: "opts")
+    monkeypatch.setattr(_llm, "run_llm", lambda opts, log: res)
+    assert _llm._cmd(build_parser().parse_args(["llm", "--model", "x.npz", "--json"])) == 143
+    out, err = capsys.readouterr()
+    assert json.loads(out)["interrupted"] is True
+    assert err == (
+        "brwsim: interrupted by SIGTERM after 2 of 5 prompts: the results above are those of the finished prompts\n"
+    )
