@@ -226,3 +226,546 @@ def test_a_model_directory_that_does_not_exist_is_named_as_the_model(tmp_path):
     assert (
         str(e.value) == f"model: {str(tmp_path / 'absent')!r} is not a directory (give a transformers model directory)"
     )
+
+
+# --- results: every field through to_dict and back ----------------------------------------------------------------
+
+
+def _run_result():
+    from brwsim.llm.results import CheckResult, DrafterResult, DrafterRow, OracleRow, RunResult, TaskResult, Timing
+
+    check = CheckResult(4, ["topq", "chain"], 200, 1.5, 0.25, 1.4, 0.8, 2.5, "topq", 1.3, 0.1)
+    rows = [
+        DrafterRow(1, {"topq": (0.5, 0.05), "chain": (0.4, 0.04)}, "topq", 0.9, 0.02, {"ik_bound": 0.7, "s_P": 1.25}),
+        DrafterRow(2, {"topq": (0.75, 0.06)}),
+    ]
+    d = DrafterResult(
+        "layers:1",
+        2,
+        {"layers": [0]},
+        ["topq", "chain"],
+        {"kl": 0.5, "kl_ci95": 0.1},
+        rows,
+        check,
+        17,
+        0.25,
+        {"weights": [[10.0, None]]},
+        {"weights": [[20.0, 16.0]]},
+    )
+    o1 = OracleRow(1, 0.6, 0.05, 0.55, 0.04, {"bound_lo": 0.1})
+    o2 = OracleRow(2, 0.9, 0.07)
+    walks = {"mu": 1.5, "mu2": 4.0, "mu_ci95": 0.1, "mu2_ci95": 0.2, "spine_nodes": 30, "walks": 16}
+    t = TaskResult("code", 2, [o1, o2], 40, 12, walks, "pool/code.npz", [d])
+    t2 = TaskResult("chat", 1, [OracleRow(1, 0.3, 0.01)])
+    timing = Timing(1.0, 2.0, 1.5, 0.75, 4.0, 64.0)
+    return RunResult("tiny", 11, {"n": 2, "walks": 16}, [t, t2], timing)
+
+
+def test_a_run_result_reads_back_every_field_of_every_part():
+    from brwsim.llm.results import run_from_dict
+
+    r = _run_result()
+    d = r.to_dict()
+    back = run_from_dict(d)
+    assert back == r and back.to_dict() == d
+    code = d["tasks"][0]
+    assert d["model"] == "tiny" and d["vocab_size"] == 11 and d["n"] == 2 and d["walks"] == 16
+    assert d["timing"] == {
+        "load_seconds": 1.0,
+        "model_phase_seconds": 2.0,
+        "forward_seconds": 1.5,
+        "forward_fraction": 0.75,
+        "total_seconds": 4.0,
+        "host_bytes_per_node": 64.0,
+    }
+    assert code["results"] == [
+        {"P": 1, "mean": 0.6, "ci95": 0.05, "surrogate": 0.55, "surrogate_ci95": 0.04, "bound_lo": 0.1},
+        {"P": 2, "mean": 0.9, "ci95": 0.07},
+    ]
+    assert (code["task"], code["prompts"], code["pool"], code["mu"], code["spine_nodes"]) == (
+        "code",
+        2,
+        "pool/code.npz",
+        1.5,
+        30,
+    )
+    assert (code["oracle_evaluated_nodes"], code["oracle_passes"]) == (40, 12)
+    dr = code["drafters"][0]
+    assert dr["results"][0] == {
+        "P": 1,
+        "topq": 0.5,
+        "topq_ci95": 0.05,
+        "chain": 0.4,
+        "chain_ci95": 0.04,
+        "best": 0.5,
+        "best_builder": "topq",
+        "best_ci95": 0.05,
+        "fraction_of_oracle": 0.9,
+        "fraction_of_oracle_ci95": 0.02,
+        "ik_bound": 0.7,
+        "s_P": 1.25,
+    }
+    assert dr["results"][1] == {"P": 2, "topq": 0.75, "topq_ci95": 0.06}
+    assert dr["check"] == {
+        "P": 4,
+        "builders": ["topq", "chain"],
+        "calls": 200,
+        "accepted_per_call": 1.5,
+        "accepted_per_call_ci95": 0.25,
+        "path_probability_value": 1.4,
+        "z": 0.8,
+        "per_prompt_max_abs_z": 2.5,
+        "fixed_builder": "topq",
+        "fixed_value": 1.3,
+        "fixed_value_ci95": 0.1,
+    }
+    assert {
+        k: dr[k]
+        for k in (
+            "name",
+            "prompts",
+            "info",
+            "builders",
+            "stats",
+            "drafter_passes",
+            "draft_fraction",
+            "footprint",
+            "target_footprint",
+        )
+    } == {
+        "name": "layers:1",
+        "prompts": 2,
+        "info": {"layers": [0]},
+        "builders": ["topq", "chain"],
+        "stats": {"kl": 0.5, "kl_ci95": 0.1},
+        "drafter_passes": 17,
+        "draft_fraction": 0.25,
+        "footprint": {"weights": [[10.0, None]]},
+        "target_footprint": {"weights": [[20.0, 16.0]]},
+    }
+    assert d["tasks"][1] == {
+        "task": "chat",
+        "prompts": 1,
+        "results": [{"P": 1, "mean": 0.3, "ci95": 0.01}],
+        "oracle_evaluated_nodes": 0,
+        "oracle_passes": 0,
+    }
+    assert list(d) == ["model", "vocab_size", "n", "walks", "tasks", "timing"]
+
+
+def test_a_results_missing_fields_read_back_as_their_defaults():
+    from brwsim.llm.results import DrafterResult, DrafterRow, OracleRow, RunResult, TaskResult, run_from_dict
+
+    r = run_from_dict({"tasks": [{"task": "code", "results": [{"P": "3", "mean": 1.0, "ci95": 0.5}]}]})
+    assert r == RunResult("model", 0, {}, [TaskResult("code", 0, [OracleRow(3, 1.0, 0.5, None, None, {})])])
+    assert r.timing is None and r.tasks[0].walks == {} and r.tasks[0].pool is None and r.tasks[0].drafters == []
+    assert r.tasks[0].mu is None and r.tasks[0].mu2 is None and r.tasks[0].ex() == [(3, 1.0, 0.5)]
+    d = DrafterResult.from_dict(
+        {
+            "name": "x",
+            "prompts": 1,
+            "builders": ("a",),
+            "results": [{"P": 2, "a": 0.5, "a_ci95": 0.1, "b": 9.0, "ik_x": 1.0, "s_Q": 2.0}],
+            "check": {},
+        }
+    )
+    assert d == DrafterResult(
+        "x",
+        1,
+        {},
+        ["a"],
+        {},
+        [DrafterRow(2, {"a": (0.5, 0.1)}, None, None, None, {"ik_x": 1.0})],
+        None,
+        0,
+        None,
+        None,
+        None,
+    )
+    assert d.rows[0].best is None and isinstance(d.builders, list)
+    assert "footprint" not in d.to_dict() and d.to_dict()["check"] == {}
+
+
+def test_a_run_results_tasks_and_their_values():
+    from brwsim.llm.results import DrafterResult, DrafterRow, RunResult
+
+    r = _run_result()
+    t = r.tasks[0]
+    assert t.mu == 1.5 and t.mu2 == 4.0 and t.ex() == [(1, 0.6, 0.05), (2, 0.9, 0.07)]
+    assert [x.task for x in r.task()] == ["code", "chat"] and r.task("chat") == [r.tasks[1]]
+    with pytest.raises(BrwsimError) as e:
+        r.task("prose")
+    assert str(e.value) == "the real-model result has no task 'prose' (tasks: code, chat)"
+    with pytest.raises(BrwsimError) as e:
+        RunResult("m", 1, {}, []).task("x")
+    assert str(e.value) == "the real-model result has no task 'x' (tasks: none)"
+    d = t.drafters[0]
+    assert (
+        d.ex() == [(1, 0.5, 0.05)]
+        and d.ex("chain") == [(1, 0.4, 0.04)]
+        and d.ex("topq") == [(1, 0.5, 0.05), (2, 0.75, 0.06)]
+    )
+    nan = DrafterResult("n", 1, {}, ["a"], {}, [DrafterRow(1, {"a": (float("nan"), 0.0)}, "a")], None, 0)
+    assert nan.ex() == [] and nan.ex("a") == []
+
+
+def test_footprint_fields_of_an_opened_drafter():
+    from brwsim.llm.drafters._base import NO_PASS, PassFootprint
+    from brwsim.llm.results import footprint_fields
+
+    fp, tf = PassFootprint(((10.0, 4.0),), 2, 1, 8, "d"), PassFootprint(((20.0, None),), 4, 2, 8, "t")
+
+    def drafter(a, b):
+        return types.SimpleNamespace(footprint=lambda: a, target_footprint=b)
+
+    assert footprint_fields(drafter(fp, tf)) == {"footprint": fp.to_dict(), "target_footprint": tf.to_dict()}
+    assert footprint_fields(drafter(None, tf)) == {} and footprint_fields(drafter(fp, None)) == {}
+    assert footprint_fields(drafter(NO_PASS, None)) == {"footprint": NO_PASS.to_dict(), "target_footprint": None}
+
+
+def test_a_pass_footprint_reads_back_and_counts_its_bytes_and_flops():
+    from brwsim.llm.drafters._base import PassFootprint
+
+    fp = PassFootprint(((100.0, 4.0), (50.0, None)), 6, 2, 8, "two groups")
+    assert fp.to_dict() == {
+        "weights": [[100.0, 4.0], [50.0, None]],
+        "kv_values": 6,
+        "layers": 2,
+        "attn_dim": 8,
+        "what": "two groups",
+    }
+    assert PassFootprint.from_dict(fp.to_dict()) == fp
+    back = PassFootprint.from_dict(
+        {"weights": [["3", "8"], [2, None]], "kv_values": "1", "layers": "2", "attn_dim": "4"}
+    )
+    assert back == PassFootprint(((3.0, 8.0), (2.0, None)), 1, 2, 4, "") and isinstance(back.kv_values, int)
+    assert fp.params == 150.0 and not fp.empty and PassFootprint().empty and not PassFootprint(kv_values=1).empty
+    assert fp.weight_bytes(2.0) == 100 * 0.5 + 50 * 2.0
+    assert fp.nbytes(2.0, 4.0, 9) == 150.0 + 6 * 4.0 * 10
+    assert fp.flops(9) == 2.0 * 150 + 4.0 * 2 * 8 * 10
+
+
+# --- the node query: top-K, sampling, temperature, moments, on the host and on the device -------------------------
+
+
+def _tied_rows():
+    """Two rows of 20 tokens with three values, ties everywhere (NumPy's default sort is not stable on them)."""
+    rng = np.random.default_rng(0)
+    return -rng.integers(0, 3, size=(2, 20)).astype(np.float32)
+
+
+def _by_value_then_id(row):
+    return np.lexsort((np.arange(len(row)), -row))
+
+
+def test_top_k_of_whole_rows_orders_ties_by_token_id():
+    from brwsim.llm.sources._query import top_k_rows
+
+    x = _tied_rows()
+    ids, vals = top_k_rows(x, 25)  # K >= V: the whole sorted row
+    assert ids.shape == (2, 20) and ids.dtype == np.int64
+    for r in range(2):
+        assert ids[r].tolist() == _by_value_then_id(x[r]).tolist()
+        assert vals[r].tolist() == x[r][ids[r]].tolist()
+    ids, vals = top_k_rows(np.array([[0.1, 0.5, 0.3, 0.4], [4.0, 3.0, 2.0, 1.0]], np.float32), 2)
+    assert ids.tolist() == [[1, 3], [0, 1]] and vals.tolist() == [[0.5, np.float32(0.4)], [4.0, 3.0]]
+    ids, vals = top_k_rows(np.array([[0.1, 0.5, 0.3, 0.4]], np.float32), 1)
+    assert ids.tolist() == [[1]] and vals.tolist() == [[0.5]]
+
+
+def test_inverse_cdf_picks_the_token_at_u_times_the_rows_total():
+    from brwsim.llm.sources._query import inverse_cdf
+
+    lp = np.log(np.array([[2.0, 2.0, 4.0], [0.5, 0.25, 0.25]]))  # row 0 is not normalized: total 8
+    u = np.array([0.0, 0.2499, 0.25, 0.49, 0.5, 0.999, 1.0])
+    assert inverse_cdf(lp[:1].repeat(7, 0), u).tolist() == [0, 0, 1, 1, 2, 2, 2]
+    got = inverse_cdf(lp, np.array([0.5, 0.5, 0.74, 0.75]), np.array([0, 1, 1, 1]))
+    assert got.tolist() == [2, 1, 1, 2] and got.dtype == np.int64
+    assert inverse_cdf(lp, np.array([0.1, 0.6])).tolist() == [0, 1]
+
+
+def test_temper_is_log_softmax_of_rows_over_t():
+    from brwsim.llm.sources._query import temper, temper_tensor
+
+    lp = np.log(np.array([[0.5, 0.25, 0.25]], np.float32))
+    assert temper(lp, 1.0) is not None and temper(lp, 1.0).tolist() == lp.tolist()
+    s = np.sqrt([0.5, 0.25, 0.25])
+    want = np.log(s / s.sum())
+    got = temper(lp, 2.0)
+    assert got.dtype == np.float32 and np.allclose(got, want, atol=1e-6)
+    cold = temper(np.array([[0.0, -1.0, -1000.0]]), 0.5)
+    assert np.allclose(np.exp(cold).sum(), 1.0) and np.allclose(
+        cold[0, :2], [-np.log1p(np.exp(-2.0)), -2.0 - np.log1p(np.exp(-2.0))]
+    )
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(lp)
+    assert temper_tensor(t, 1.0) is t
+    tt = temper_tensor(t, 2.0)
+    assert tt.dtype == torch.float32 and np.allclose(tt.numpy(), want, atol=1e-6)
+
+
+def _log(p):
+    with np.errstate(divide="ignore"):  # log 0 = -inf
+        return np.log(np.array(p, np.float32))
+
+
+def _answer_query():
+    from brwsim.llm.sources._query import NodeQuery
+
+    return NodeQuery(
+        K=2,
+        moments=True,
+        u=np.array([0.1, 0.6, 0.9]),
+        u_rows=np.array([1, 1, 0]),
+        at=np.array([[0, 2], [1, 0]]),
+        rows=True,
+    )
+
+
+def test_a_node_answer_from_rows_on_the_host():
+    from brwsim.llm.sources._query import NodeQuery, answer_rows
+
+    rows = _log([[0.5, 0.25, 0.25, 0.0], [0.125, 0.125, 0.25, 0.5]])
+    a = answer_rows(rows, _answer_query(), host_bytes=7)
+    assert a.host_bytes == 7 and a.ids.tolist() == [[0, 1], [3, 2]]
+    assert a.logp.tolist() == [
+        [np.log(np.float32(0.5)), np.log(np.float32(0.25))],
+        [np.log(np.float32(0.5)), np.log(np.float32(0.25))],
+    ]
+    H0 = -(0.5 * np.log(0.5) + 0.5 * np.log(0.25))
+    M0 = 0.5 * np.log(0.5) ** 2 + 0.5 * np.log(0.25) ** 2
+    assert np.allclose(a.H[0], H0) and np.allclose(a.M2[0], M0) and a.H.dtype == np.float64
+    assert a.sample.tolist() == [0, 3, 2] and a.sample_logp.tolist() == [rows[1, 0], rows[1, 3], rows[0, 2]]
+    assert a.at_logp.tolist() == [rows[0, 2], rows[1, 0]] and a.rows.tolist() == rows.tolist()
+    none = answer_rows(rows, NodeQuery())
+    assert (none.ids, none.logp, none.H, none.M2, none.sample, none.sample_logp, none.at_logp, none.rows) == (None,) * 8
+    assert none.host_bytes == 0
+    hot = answer_rows(rows, NodeQuery(K=4, T=2.0))
+    assert np.allclose(np.exp(hot.logp).sum(1), 1.0) and hot.ids[1].tolist() == [3, 2, 0, 1]
+    one = answer_rows(rows, NodeQuery(u=np.array([0.3, 0.99])))
+    assert one.sample.tolist() == [0, 3]
+
+
+@needs_llm
+def test_a_node_answer_on_the_device_is_the_hosts_and_counts_its_bytes():
+    import torch
+
+    from brwsim.llm.sources._query import NodeQuery, answer_rows, answer_tensor
+
+    rows = _log([[0.5, 0.25, 0.25, 0.0], [0.125, 0.125, 0.25, 0.5]])
+    q = _answer_query()
+    a, h = answer_tensor(torch.tensor(rows), q), answer_rows(rows, q)
+    for f in ("ids", "logp", "sample", "sample_logp", "at_logp", "rows"):
+        assert getattr(a, f).tolist() == getattr(h, f).tolist(), f
+        assert getattr(a, f).dtype == getattr(h, f).dtype, f
+    assert np.allclose(a.H, h.H, rtol=1e-6) and np.allclose(a.M2, h.M2, rtol=1e-6) and a.H.dtype == np.float64
+    assert a.host_bytes == 2 * 2 * 8 + 2 * 2 * 4 + 2 * 8 * 2 + 3 * 8 + 3 * 4 + 2 * 4 + 2 * 4 * 4
+    assert answer_tensor(torch.tensor(rows), NodeQuery()).host_bytes == 0
+    x = _tied_rows()
+    t = answer_tensor(torch.tensor(x), NodeQuery(K=20))
+    assert t.ids.tolist() == [_by_value_then_id(r).tolist() for r in x]
+    hot = answer_tensor(torch.tensor(rows), NodeQuery(K=9, T=2.0, u=np.array([0.3, 0.99])))
+    cold = answer_rows(rows, NodeQuery(K=9, T=2.0, u=np.array([0.3, 0.99])))
+    assert hot.ids.shape == (2, 4) and hot.ids.tolist() == cold.ids.tolist() and np.allclose(hot.logp, cold.logp)
+    assert hot.sample.tolist() == cold.sample.tolist() == [0, 3]
+
+
+def test_a_node_query_compares_arrays_by_value_and_checks_its_rows():
+    from brwsim.llm.sources._query import NodeQuery, Transfer, to_evaluate
+
+    assert NodeQuery(K=2, u=np.array([0.5])) == NodeQuery(K=2, u=np.array([0.5]))
+    assert NodeQuery(K=2, u=np.array([0.5])) != NodeQuery(K=2, u=np.array([0.25]))
+    assert NodeQuery(u=np.array([0.5])) != NodeQuery() and NodeQuery() != NodeQuery(u=np.array([0.5]))
+    assert NodeQuery(K=2) != NodeQuery(K=3) and NodeQuery().__eq__(3) is NotImplemented
+    assert NodeQuery(u=np.array([0.5, 0.1]), u_rows=np.array([0, 0])).u_rows.tolist() == [0, 0]
+    for bad in (dict(u_rows=np.array([0])), dict(u=np.array([0.5, 0.1]), u_rows=np.array([0]))):
+        with pytest.raises(ValueError) as e:
+            NodeQuery(**bad)
+        assert str(e.value) == "NodeQuery: u_rows must give one row for each uniform of u"
+    t = Transfer()
+    assert t.per_node is None
+    t.add(np.int64(12), 2)
+    t.add(4, 2)
+    assert (t.bytes, t.nodes, t.per_node) == (16, 4, 4.0) and type(t.bytes) is int
+    got = to_evaluate([(1, 2, 3), (4,), (5,)], answers={(5,): 1}, slots={(1,): 0})
+    assert got == {(1, 2, 3), (4,), (1, 2)}
+
+
+# --- a drafter's per-task summary and its table --------------------------------------------------------------------
+
+
+def _drafted():
+    from brwsim.llm.drafters._measure import DraftedPrompt
+    from brwsim.llm.drafters._values import PromptCheck
+
+    nan = np.nan
+    w1 = np.array([[1.0, 0.5, 0.25, 1.0, 2.0], [3.0, 1.5, 0.75, 0.0, 4.0]])
+    w2 = np.array([[2.0, 1.0, 0.5, 1.0, 3.0]])
+    r1 = DraftedPrompt(
+        "d",
+        {"topq": np.array([0.5, 0.8]), "chain": np.array([0.4, 0.6])},
+        w1,
+        np.array([[1.0, nan], [2.0, 0.5]]),
+        np.array([1.0, 2.0]),
+        PromptCheck("topq", 2, 100, 0.9, 0.1, 0.8, 0.12),
+        5,
+    )
+    r2 = DraftedPrompt(
+        "d",
+        {"topq": np.array([0.7, 1.0]), "chain": np.array([0.2, nan])},
+        w2,
+        np.array([[0.5, 1.5], [1.0, nan]]),
+        np.array([1.5, 2.5]),
+        PromptCheck("chain", 2, 50, 0.7, 0.2, 0.75, 0.2),
+        3,
+    )
+    return [r1, r2], [np.array([1.0, 2.0]), np.array([0.5, 2.5])]
+
+
+def test_a_drafters_summary_pools_its_prompts():
+    import math
+
+    from brwsim._stats import Z95, mean_ci95
+    from brwsim.llm.drafters._report import summarize_drafter_task
+    from brwsim.llm.results import CheckResult
+    from brwsim.theory import lorden, threshold_bound
+
+    results, oracle = _drafted()
+    d = summarize_drafter_task(results, oracle, [2, 1, 2], {"layers": [0]}, 0.25)
+    assert (d.name, d.prompts, d.info, d.builders, d.drafter_passes, d.draft_fraction) == (
+        "d",
+        2,
+        {"layers": [0]},
+        ["topq", "chain"],
+        8,
+        0.25,
+    )
+    st = d.stats
+    for name, m1, m2 in (
+        ("cross_entropy", 2.0, 2.0),
+        ("kl", 1.0, 1.0),
+        ("tv", 0.5, 0.5),
+        ("top1_agree", 0.5, 1.0),
+        ("target_entropy", 3.0, 3.0),
+    ):
+        assert (st[name], st[name + "_ci95"]) == mean_ci95([m1, m2]), name
+    assert np.isclose(st["mu_q"], 6.5 / 6) and np.isclose(st["mu2_q"], 8.75 / 6) and len(st) == 12
+    se = math.sqrt(0.1**2 + 0.2**2) / 2
+    want = CheckResult(
+        2, ["chain", "topq"], 150, 0.8, Z95 * se, 0.775, (0.8 - 0.775) / se, 1.0, "topq", *mean_ci95([0.8, 1.0])
+    )
+    assert _close(d.check, want)
+    r1, r2 = d.rows
+    assert [r.P for r in d.rows] == [1, 2]
+    assert r1.values == {"topq": mean_ci95([0.5, 0.7]), "chain": mean_ci95([0.4, 0.2])} and r1.best_builder == "topq"
+    assert (r1.fraction_of_oracle, r1.fraction_of_oracle_ci95) == mean_ci95([0.5 / 1.0, 0.7 / 0.5])
+    assert r2.values == {"topq": mean_ci95([0.8, 1.0])} and r2.best_builder == "topq"
+    assert (r2.fraction_of_oracle, r2.fraction_of_oracle_ci95) == mean_ci95([0.8 / 2.0, 1.0 / 2.5])
+    b = threshold_bound([(results[0].xi_q, 1.0), (results[1].xi_q, 1.5)])
+    assert r1.ik == {
+        "ik_bound": b["upper"],
+        "ik_bound_point": b["point"],
+        "ik_bound_se": b["se"],
+        "ik_truncated_walks": b["truncated_walks"],
+        "s_P": 1.25,
+        "ik_lorden": lorden(1.25, st["mu_q"], st["mu2_q"]),
+    }
+    assert (
+        r2.ik["s_P"] == 2.25
+        and r2.ik["ik_bound"] == threshold_bound([(results[0].xi_q, 2.0), (results[1].xi_q, 2.5)])["upper"]
+    )
+
+
+def _close(a, b):
+    for f in a.__dataclass_fields__:
+        x, y = getattr(a, f), getattr(b, f)
+        ok = np.isclose(x, y) if isinstance(x, float) and isinstance(y, float) else x == y
+        assert ok, (f, x, y)
+    return True
+
+
+def test_a_drafters_summary_without_checks_walks_or_thresholds():
+    import math
+
+    from brwsim.llm.drafters._report import _check, _ik, _stats, fixed_builder, summarize_drafter_task
+
+    results, oracle = _drafted()
+    for r in results:
+        r.check, r.walk_stats, r.xi_q = None, None, None
+    results[1].s_P = np.array([np.inf, 1.0])
+    d = summarize_drafter_task(results, [np.array([0.0, 2.0]), np.array([0.5, 2.5])], [1], {})
+    assert d.check is None and d.stats == {} and d.rows[0].ik == {} and d.draft_fraction is None
+    assert math.isnan(d.rows[0].fraction_of_oracle)
+    assert _ik(results, 1, {}) == {} and _stats(results) == {}
+    results, _ = _drafted()
+    results[1].walk_stats = np.zeros((0, 5))
+    results[0].xi_q = np.full((1, 2), np.nan)
+    results[1].xi_q = np.full((1, 2), np.nan)
+    st = _stats(results)
+    assert st["kl"] == 0.5 * (0.5 + 1.5) and "mu_q" not in st
+    assert "ik_lorden" not in _ik(results, 1, st) and _ik(results, 1, st)["s_P"] == 1.25
+    same = _drafted()[0]
+    for r in same:
+        r.check = type(r.check)(r.check.builder, 2, 10, 1.0, 0.0, 1.0, 0.0)
+    c = _check(same)
+    assert (c.z, c.per_prompt_max_abs_z, c.calls, c.accepted_per_call_ci95) == (0.0, 0.0, 20, 0.0)
+    same[0].check = type(same[0].check)("topq", 2, 10, 2.0, 0.0, 1.0, 0.0)
+    assert _check(same).z == math.inf and _check(same).per_prompt_max_abs_z == 0.0
+    assert fixed_builder(["chain", "lookup_tree"]) == "lookup_tree" and fixed_builder(["a", "b"]) == "a"
+    assert fixed_builder(["lookup_tree", "topq"]) == "topq" and fixed_builder({"x": 1}) == "x"
+    empty = summarize_drafter_task(_drafted()[0], oracle, [1], {})
+    for r in empty.rows:
+        assert r.best_builder == "topq"
+
+
+def test_the_drafter_table_prints_every_column():
+    import io
+
+    from brwsim.llm.drafters._report import print_drafters, summarize_drafter_task
+    from brwsim.llm.results import OracleRow, TaskResult
+
+    results, oracle = _drafted()
+    d = summarize_drafter_task(results, oracle, [1, 2], {})
+    t = TaskResult("code", 2, [OracleRow(1, 0.75, 0.1), OracleRow(2, 1.5, 0.2)], drafters=[d])
+    out = io.StringIO()
+    print_drafters(t, out)
+    st, r1, r2, c = d.stats, d.rows[0], d.rows[1], d.check
+    lines = out.getvalue().splitlines()
+    assert lines[0] == (
+        f"  drafter d: H(p,q) = {st['cross_entropy']:.3f} +- {st['cross_entropy_ci95']:.3f}, KL = "
+        f"{st['kl']:.3f} +- {st['kl_ci95']:.3f}, TV = {st['tv']:.3f}, top-1 agreement "
+        f"{st['top1_agree']:.3f} (nats, along the target's walks)"
+    )
+    assert lines[1] == "    P   oracle         topq        chain         frac ik_bound:topq    ik_lorden"
+    cells = [r1.values["topq"][0], r1.values["chain"][0], r1.fraction_of_oracle, r1.ik["ik_bound"], r1.ik["ik_lorden"]]
+    assert lines[2] == "    1    0.750 " + " ".join(f"{x:>12.3f}" for x in cells)
+    assert lines[3] == (
+        f"    2    1.500 {r2.values['topq'][0]:>12.3f}          nan {r2.fraction_of_oracle:>12.3f} "
+        f"{r2.ik['ik_bound']:>12.3f} {r2.ik['ik_lorden']:>12.3f}"
+    )
+    assert lines[4] == (
+        f"  direct check (150 speculative calls, P = 2, each prompt's best builder: chain/topq): "
+        f"0.800 +- {c.accepted_per_call_ci95:.3f} accepted per call vs path-probability value "
+        f"0.775 (z = {c.z:+.2f}); the fixed builder (topq) at P = 2: 0.900"
+    )
+    assert lines[5] == (
+        "  ik_bound: C_q(s_P), equal to the topq value up to ties (a consistency check, not a bound); "
+        "ik_lorden: prediction (i.i.d. steps); frac: the fixed builder (topq, or lookup_tree) / "
+        "oracle; sequoia at powers of two only"
+    )
+    assert len(lines) == 6
+    bare = dataclasses_replace(d, stats={}, check=None, rows=[type(r1)(1, {}, None)])
+    out = io.StringIO()
+    print_drafters(TaskResult("code", 2, t.rows, drafters=[bare]), out)
+    assert out.getvalue().splitlines()[0] == "  drafter d" and out.getvalue().splitlines()[2] == (
+        "    1    0.750          nan          nan          nan          nan          nan"
+    )
+    out = io.StringIO()
+    print_drafters(TaskResult("code", 2, t.rows), out)
+    assert out.getvalue() == ""
+
+
+def dataclasses_replace(x, **kw):
+    import dataclasses
+
+    return dataclasses.replace(x, **kw)
