@@ -755,7 +755,7 @@ SIMULATE_TABLE = """\
 law dirichlet:V=9,alpha=1   drafter eagle   (Markov law: mu, mu_2 are the spine's long-run values)
 mu = 1.5000 +- 0.4900 nats, mu_2 = 2.5000 (exact) nats^2   trees 7 (interrupted: 7 of 20 finished), seed 11
 CONV; +- is the 95% confidence half-width of the estimate
-                                                 - rigorous bounds --  -- not bounds --   i.i.d.-only 
+                                                 - rigorous bounds --  -- not bounds --   i.i.d.-only\x20
       P       E[X]    +-95%      check    +-95%       dual    renewal  theorem1_leading  asymptotic
       1     0.5000   0.0625     0.4375   0.1250     0.7500     0.8750                 -           -
      16     3.2500   0.5000                             -          -               inf           -
@@ -1006,7 +1006,7 @@ law markov:x   Markov (mu, mu_2: the spine's long-run values), V = 7
 mu = 1.2500 +- 0.9800 nats, mu_2 = 2.0000 (exact) nats^2
 spine: 4 walks, observed up to S = 0.000
 C
-         - rigorous bounds --   not bounds    i.i.d.-only 
+         - rigorous bounds --   not bounds    i.i.d.-only\x20
       P       dual  splitting  asymptotic    renewal      dual est +- se
       1          -          -      0.5000     1.0000     0.2500 +- 0.0625
      64     9.5000     8.2500           -          -     7.0000 +- 1.0000
@@ -1023,7 +1023,8 @@ def test_a_markov_laws_summary_without_states_or_curve_is_printed_whole(capsys):
          "spine": {"walks": 4, "coverage": 0.0}, "convention": "C",
          "results": [{"P": 1, "predictions": {"asymptotic": 0.5}, "iid_only": {"renewal": 1.0}, "dual_estimate": 0.25,
                       "dual_se": 0.0625},
-                     {"P": 64, "bounds": {"dual": 9.5, "splitting": 8.25}, "dual_estimate": 7.0, "dual_se": 1.0}]}  # fmt: skip
+                     {"P": 64, "bounds": {"dual": 9.5, "splitting": 8.25}, "dual_estimate": 7.0,
+                      "dual_se": 1.0}]}  # fmt: skip
     _laws.print_summary(d)
     assert capsys.readouterr().out == LAWS_SUMMARY
     _laws.print_summary(d | {"states": None})
@@ -1047,7 +1048,7 @@ def test_laws_prints_its_table_by_default(monkeypatch, capsys):
 LLM_TABLE = """\
 model m (vocab 5), prompts pydoc, T = 1, C
 task code: 2 prompts, mu = 0.5000 +- 0.0625, mu_2 = 1.2500 +- 0.1250 (nats, along 12 sampled continuations)
-                                    rigorous bounds    i.i.d.-only 
+                                    rigorous bounds    i.i.d.-only\x20
     P    oracle   +-95% surrogate       dual    renewal
     1    0.5000  0.1250    0.3750     0.7500     1.5000
     4    1.2500       -         -     2.2500          -
@@ -1057,7 +1058,7 @@ task code: 2 prompts, mu = 0.5000 +- 0.0625, mu_2 = 1.2500 +- 0.1250 (nats, alon
 bounds nor predictions
 drafters of code
 task prose: 1 prompts, mu = nan +- nan, mu_2 = nan +- nan (nats, along 0 sampled continuations)
-                                 
+                                \x20
     P    oracle   +-95% surrogate
     2    0.2500  0.0625         -
 drafters of prose
@@ -1066,7 +1067,8 @@ model phase 2.0 s, 0% in forward passes; load 0.2 s; total 3.2 s
 
 
 def _llm_run():
-    res1 = [{"P": 1, "mean": 0.5, "ci95": 0.125, "surrogate": 0.375, "bounds": {"dual": 0.75}, "iid_only": {"renewal": 1.5}},
+    res1 = [{"P": 1, "mean": 0.5, "ci95": 0.125, "surrogate": 0.375, "bounds": {"dual": 0.75},
+             "iid_only": {"renewal": 1.5}},
             {"P": 4, "mean": 1.25, "ci95": None, "surrogate": None, "bounds": {"dual": 2.25}}]  # fmt: skip
     t1 = {"task": "code", "prompts": 2, "results": res1, "mu": 0.5, "mu2": 1.25, "mu_ci95": 0.0625, "mu2_ci95": 0.125,
           "walks": 12}  # fmt: skip
@@ -1098,7 +1100,8 @@ def test_the_options_of_a_real_model_run_are_every_argument(monkeypatch):
     assert _llm.options(args) == RunOptions(
         model="gemma3-270m", prompts="pydoc", n=3, P=(2, 4), walks=6, depth=6, seed=7, trees=8, batch=2, prompt_batch=3,
         dtype="bfloat16", threads=2, device="cpu", max_prompt_tokens=99, save_pool="SP", record=None,
-        drafters=("lookup:n=3", "lookup:n=2"), temperature=0.5, check_samples=11, check_P=13, heldout_tokens=12)  # fmt: skip
+        drafters=("lookup:n=3", "lookup:n=2"), temperature=0.5, check_samples=11, check_P=13,
+        heldout_tokens=12)  # fmt: skip
     args = build_parser().parse_args(["llm", "--record", "R.npz"])
     assert _llm.options(args) == RunOptions(record="R.npz")
     with pytest.raises(BrwsimError) as e:
