@@ -769,3 +769,334 @@ def dataclasses_replace(x, **kw):
     import dataclasses
 
     return dataclasses.replace(x, **kw)
+
+
+# --- a run's options and prompts, checked before any model loads ---------------------------------------------------
+
+
+def test_run_options_refuse_each_bad_value_in_one_line(tmp_path):
+    from brwsim.llm.run import RunOptions
+
+    bad = {
+        (("walks", 3), ("n", 5)): "--walks 3 x --n 5 gives 15 sampled continuations per task; the empirical bounds "
+        "need at least 16: raise --walks or --n",
+        (("dtype", "f16"),): "--dtype must be float32 or bfloat16, got 'f16'",
+        (("drafters", "lookup"), ("record", str(tmp_path / "r.npz"))): "--record and --drafter cannot be combined "
+        "(a saved-logits file holds target rows only)",
+        (("check_samples", -1),): "check_samples must be an integer >= 0, got -1",
+        (("check_P", 0),): "check_P must be an integer >= 1, got 0",
+        (("heldout_tokens", 1),): "heldout_tokens must be an integer >= 2, got 1",
+        (("seed", -1),): "seed must be an integer >= 0, got -1",
+        (("depth", 0),): "depth must be an integer >= 1, got 0",
+        (("prompt_batch", 0),): "prompt_batch must be an integer >= 1, got 0",
+    }
+    for kw, msg in bad.items():
+        with pytest.raises(BrwsimError) as e:
+            RunOptions(**dict(kw)).checked()
+        assert str(e.value) == msg, kw
+    ok = RunOptions(walks=2, n=8, P=(4, 1), seed=0, check_samples=0, heldout_tokens=2, drafters="lookup").checked()
+    assert ok.P == (1, 4) and ok.drafters == ("lookup",) and ok.walks == 2 and ok.temperature == 1.0
+    assert RunOptions(drafters=None).checked().drafters == () and RunOptions(walks=1, n=16).checked().n == 16
+    with pytest.raises(BrwsimError) as e:
+        RunOptions(save_pool=str(tmp_path / "f"), model=str(tmp_path / "none" / "x" / "y")).checked()
+    assert "does not exist" in str(e.value)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BrwsimError) as e:
+        RunOptions(save_pool=str(tmp_path / "file")).checked()
+    assert "--save-pool" in str(e.value)
+
+
+def test_run_options_record_their_settings():
+    from brwsim._stats import CONVENTION
+    from brwsim.llm.drafters import DrafterSettings
+    from brwsim.llm.run import RunOptions
+
+    o = RunOptions(
+        prompts="pydoc",
+        n=3,
+        walks=7,
+        depth=9,
+        seed=4,
+        trees=50,
+        batch=2,
+        dtype="bf16",
+        threads=2,
+        drafters=("lookup",),
+        temperature=0.5,
+        check_samples=11,
+        check_P=5,
+        heldout_tokens=33,
+    )
+    assert o.to_dict() == {
+        "prompts": "pydoc",
+        "n": 3,
+        "walks": 7,
+        "depth": 9,
+        "seed": 4,
+        "surrogate_trees": 50,
+        "dtype": "bf16",
+        "threads": 2,
+        "convention": CONVENTION,
+        "drafters": ["lookup"],
+        "temperature": 0.5,
+    }
+    assert o.settings() == DrafterSettings(0.5, 7, 9, 4, 2, 11, 5, heldout_tokens=33)
+
+
+def test_a_runs_prompts_are_checked_whole():
+    from brwsim.llm.run import check_encoded, check_prompts
+    from brwsim.llm.sources._prompts import Prompt
+
+    with pytest.raises(BrwsimError) as e:
+        check_prompts([], "x.jsonl")
+    assert str(e.value) == "--prompts 'x.jsonl' names no prompt: use humaneval, pydoc, sharegpt or a .jsonl file"
+    for field in ("text", "id", "task"):
+        p = dict(task="t\u00e9", id="p\u00e9", text="ok") | {field: "a\ud800b"}
+        with pytest.raises(BrwsimError) as e:
+            check_prompts([Prompt(**p)] * 16, "f")
+        assert str(e.value) == (
+            f"prompt {ascii(p['id'])} of task {ascii(p['task'])}: its {field} is not valid Unicode (a lone "
+            "surrogate such as \\ud800): fix the prompt file"
+        )
+    items = [Prompt("a", str(i), "x") for i in range(4)] + [Prompt("b", "0", "y")]
+    with pytest.raises(BrwsimError) as e:
+        check_prompts(items, "f", 4)
+    assert str(e.value) == (
+        "task 'b' has 1 prompt(s) x --walks 4 = 4 sampled continuations; the empirical bounds need at least 16: "
+        "raise --walks or give the task more prompts"
+    )
+    assert check_prompts(items, "f", 16) is items and check_prompts(items[:4], "f", 4) == items[:4]
+    src = types.SimpleNamespace(name="tiny", encode=lambda text: [1] if text == "x" else [])
+    check_encoded(src, items[:4])
+    with pytest.raises(BrwsimError) as e:
+        check_encoded(src, items)
+    assert str(e.value) == "prompt '0' of task 'b' gives no token on tiny"
+
+
+def test_prompt_files_and_sources_read_whole(tmp_path):
+    from brwsim.llm.sources._prompts import Prompt, jsonl, load_prompts, spread
+
+    f = tmp_path / "mine.jsonl"
+    f.write_text('{"prompt": "a"}\n\n{"text": "b", "id": 7, "task": "t"}\n{"prompt": "c", "text": "d"}\n')
+    want = [Prompt("mine", "1", "a"), Prompt("t", "7", "b"), Prompt("mine", "4", "c")]
+    assert jsonl(str(f)) == want and load_prompts(str(f)) == want
+    assert load_prompts(f" {f} ,", 1) == [Prompt("mine", "1", "a"), Prompt("t", "7", "b")]
+    cases = {
+        '{"prompt": "a"}\nnot json\n': "line 2 is not JSON (one object per line)",
+        '["a"]\n': "line 1: needs a non-empty string 'prompt'",
+        '{"prompt": ""}\n': "line 1: needs a non-empty string 'prompt'",
+        '{"prompt": 3}\n': "line 1: needs a non-empty string 'prompt'",
+        "\n\n": "has no prompts",
+    }
+    for text, tail in cases.items():
+        f.write_text(text)
+        with pytest.raises(BrwsimError) as e:
+            jsonl(str(f))
+        assert str(e.value) == f"prompt file {str(f)!r} " + tail
+    with pytest.raises(BrwsimError) as e:
+        jsonl(str(tmp_path / "none.jsonl"))
+    assert str(e.value) == f"prompt file {str(tmp_path / 'none.jsonl')!r} cannot be read: No such file or directory"
+    f.write_bytes(b'{"prompt": "\xff"}\n')
+    with pytest.raises(BrwsimError) as e:
+        jsonl(str(f))
+    assert str(e.value).startswith(f"prompt file {str(f)!r} cannot be read: 'utf-8' codec can't decode")
+    for spec, msg in (
+        ("", "--prompts needs a source: humaneval, pydoc, sharegpt or a .jsonl file"),
+        (" ", "--prompts needs a source: humaneval, pydoc, sharegpt or a .jsonl file"),
+        (None, "--prompts needs a source: humaneval, pydoc, sharegpt or a .jsonl file"),
+        ("nope", "unknown prompt source 'nope': use humaneval, pydoc, sharegpt or a .jsonl file"),
+    ):
+        with pytest.raises(BrwsimError) as e:
+            load_prompts(spec)
+        assert str(e.value) == msg
+    assert spread(list(range(10)), 3) == [0, 4, 9] and spread(list(range(10)), 1) == [0]
+    assert spread(list(range(5)), 4) == [0, 1, 3, 4] and spread([1, 2], 0) == [] and spread([1, 2], -1) == []
+    assert spread([1, 2], None) == [1, 2] and spread([1, 2], 2) == [1, 2] and spread((1, 2), 5) == [1, 2]
+
+
+def test_the_shipped_prompt_sources():
+    from brwsim.llm.sources._prompts import load_prompts, pydoc
+
+    p = pydoc()
+    assert len(p) == 90 and [x.id for x in p[:4]] == ["assignment", "assignment#2", "assignment#3", "atom-literals"]
+    assert p[0].text.startswith("Assignment is defined recursively") and p[0].text.endswith("unacceptable.")
+    assert all(x.task == "pydoc" and len(x.text) >= 80 for x in p) and len({x.text for x in p}) == 90
+    both = load_prompts("humaneval,pydoc", 2)
+    assert [(x.task, x.id) for x in both] == [
+        ("humaneval", "HumanEval/0"),
+        ("humaneval", "HumanEval/163"),
+        ("pydoc", "assignment"),
+        ("pydoc", p[-1].id),
+    ]
+    assert len(load_prompts("humaneval")) == 164
+
+
+# --- a model's files, checked before it loads ----------------------------------------------------------------------
+
+FIX = "a damaged copy: copy or convert the model again"
+
+
+def _safetensors(path, header: dict, data: int):
+    import json
+    import struct
+
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * data)
+    return path
+
+
+def test_a_safetensors_header_is_read_and_checked_against_the_files_size(tmp_path):
+    from brwsim.llm.sources._check import safetensors_header
+
+    good = {
+        "__metadata__": {"format": "pt"},
+        "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+        "b": {"dtype": "BF16", "shape": [3], "data_offsets": [24, 30]},
+    }
+    f = _safetensors(tmp_path / "m.safetensors", good, 30)
+    assert safetensors_header(f) == {"w": ("F32", (2, 3)), "b": ("BF16", (3,))}
+    assert safetensors_header(_safetensors(tmp_path / "e.safetensors", {"__metadata__": {}}, 0)) == {}
+    for data, word, n in ((20, "truncated", 20), (40, "corrupt", 40)):
+        _safetensors(f, good, data)
+        with pytest.raises(BrwsimError) as e:
+            safetensors_header(f, "drafter x")
+        assert (
+            str(e.value) == f"drafter x: {f} holds {n} bytes of tensor data but its header describes 30: {word} ({FIX})"
+        )
+    for entry in ({"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}, {"dtype": "F99", "shape": [1],
+                  "data_offsets": [0, 4]}, {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]},
+                  {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}, {"dtype": "F32", "shape": [1]},
+                  {"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]}, {"dtype": "F32", "shape": "1",
+                  "data_offsets": [0, 4]}, {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]},
+                  {"dtype": "F32", "shape": [1], "data_offsets": [0.0, 4]}, [1]):  # fmt: skip
+        _safetensors(f, {"w": entry}, 24)
+        with pytest.raises(BrwsimError) as e:
+            safetensors_header(f)
+        assert str(e.value) == f"model: {f}: tensor 'w' has a malformed header entry ({FIX})", entry
+    f.write_bytes(b"")
+    with pytest.raises(BrwsimError) as e:
+        safetensors_header(f)
+    assert str(e.value) == f"model: {f} is empty ({FIX})"
+    for raw in (b"abc", b"\xff" * 8 + b"{}", (2).to_bytes(8, "little") + b"[]", (0).to_bytes(8, "little") + b"{}",
+                (3).to_bytes(8, "little") + b"{}", (2).to_bytes(8, "little") + b"\xff\xfe"):  # fmt: skip
+        f.write_bytes(raw)
+        with pytest.raises(BrwsimError) as e:
+            safetensors_header(f)
+        assert (
+            str(e.value) == f"model: {f} is not a safetensors file: its {len(raw)} bytes hold no valid header ({FIX})"
+        )
+    f.write_bytes((2).to_bytes(8, "little") + b"{}")
+    assert safetensors_header(f) == {}
+    with pytest.raises(BrwsimError) as e:
+        safetensors_header(tmp_path)
+    assert str(e.value) == f"model: {tmp_path} cannot be read (Is a directory)"
+
+
+def test_a_model_directorys_weights_and_config_are_checked(tmp_path):
+    import json
+
+    from brwsim.llm.sources._check import check_gguf_file, check_model_files, check_tokenizer, weight_shapes
+
+    d = tmp_path / "m"
+    d.mkdir()
+    with pytest.raises(BrwsimError) as e:
+        weight_shapes(d)
+    assert str(e.value) == (f"model: {d} has no weights (model.safetensors, model.safetensors.index.json or "
+                            "pytorch_model.bin)")  # fmt: skip
+    (d / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(BrwsimError) as e:
+        weight_shapes(d, "w")
+    assert str(e.value) == f"w: {d / 'pytorch_model.bin'} is empty (a damaged copy: copy the model again)"
+    (d / "pytorch_model.bin").write_bytes(b"x")
+    assert weight_shapes(d) is None
+    idx = d / "model.safetensors.index.json"
+    for body in ("[1]", '{"weight_map": []}', '{"weight_map": {"a": 1}}', "{}"):
+        idx.write_text(body)
+        with pytest.raises(BrwsimError) as e:
+            weight_shapes(d)
+        assert str(e.value) == f"model: {idx} has no 'weight_map' of tensor names to files (a damaged copy?)"
+    idx.write_text(json.dumps({"weight_map": {"a": "p2.safetensors", "b": "p1.safetensors", "c": "p2.safetensors"}}))
+    with pytest.raises(BrwsimError) as e:
+        weight_shapes(d)
+    assert str(e.value) == f"model: {idx} names p1.safetensors, which is not in {d} (an incomplete copy?)"
+    _safetensors(d / "p1.safetensors", {"b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, 4)
+    _safetensors(d / "p2.safetensors", {"a": {"dtype": "I8", "shape": [2, 2], "data_offsets": [0, 4]}}, 4)
+    assert weight_shapes(d) == {"b": (1,), "a": (2, 2)}
+    idx.write_text("{not json")
+    with pytest.raises(BrwsimError) as e:
+        weight_shapes(d)
+    assert str(e.value) == f"model: {idx} is not a JSON file (a damaged copy? copy the model again)"
+    _safetensors(d / "model.safetensors", {"w": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}, 8)
+    assert weight_shapes(d) == {"w": (1,)}  # the single file first
+    with pytest.raises(BrwsimError) as e:
+        check_model_files(d, "drafter model:m")
+    assert str(e.value) == f"drafter model:m: model directory {str(d)!r} has no config.json (not a transformers model)"
+    cfg = d / "config.json"
+    for body in ("[]", '{"model_type": 3}', "{}"):
+        cfg.write_text(body)
+        with pytest.raises(BrwsimError) as e:
+            check_model_files(d)
+        assert str(e.value) == f"model: {cfg} names no model_type (not a transformers model config)"
+    cfg.write_bytes(b"\xff\xfe")
+    with pytest.raises(BrwsimError) as e:
+        check_model_files(d)
+    assert str(e.value) == f"model: {cfg} is not a JSON file (a damaged copy? copy the model again)"
+    cfg.write_text('{"model_type": "llama"}')
+    assert check_model_files(str(d)) == d
+    g = tmp_path / "m.gguf"
+    with pytest.raises(BrwsimError) as e:
+        check_gguf_file(g)
+    assert str(e.value) == f"model: model file {str(g)!r} does not exist"
+    for raw, why in ((b"", "empty"), (b"GGU", "no GGUF magic"), (b"ggufxx", "no GGUF magic")):
+        g.write_bytes(raw)
+        with pytest.raises(BrwsimError) as e:
+            check_gguf_file(g, "w")
+        assert str(e.value) == f"w: {g} is not a GGUF file ({why})"
+    g.write_bytes(b"GGUF\0")
+    assert check_gguf_file(str(g)) == g
+    check_tokenizer([0] * 5, 5)
+    check_tokenizer(None, 0)
+    with pytest.raises(BrwsimError) as e:
+        check_tokenizer([0] * 6, 5, "d")
+    assert str(e.value) == ("d: its tokenizer has 6 tokens but the model's vocabulary is 5: the tokenizer does not "
+                            "belong to these weights")  # fmt: skip
+
+
+def test_a_model_argument_is_sorted_by_kind(tmp_path):
+    from brwsim.llm.sources._models import MODELS, check_model
+
+    names = ", ".join(MODELS)
+    for bad in ("", "  ", None):
+        with pytest.raises(BrwsimError) as e:
+            check_model(bad)
+        assert str(e.value) == f"--model needs a value: {names}, a model directory, a .gguf or a .npz file"
+    npz = tmp_path / "rows.NPZ"
+    with pytest.raises(BrwsimError) as e:
+        check_model(f"file:{npz}")
+    assert str(e.value) == f"saved-logits file {str(npz)!r} cannot be read: it does not exist"
+    npz.write_bytes(b"x")
+    assert check_model(f"file:{npz}") == ("file", str(npz), {}) and check_model(str(npz)) == ("file", str(npz), {})
+    assert check_model("smollm2-135m") == ("named", "smollm2-135m", {})
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "llama"}')
+    _safetensors(d / "model.safetensors", {}, 0)
+    assert check_model(str(d)) == ("dir", str(d), {})
+    g = tmp_path / "w.GGUF"
+    g.write_bytes(b"GGUF")
+    assert check_model(str(g)) == ("gguf", str(tmp_path), {"gguf_file": "w.GGUF"})
+    other = tmp_path / "w.bin"
+    other.write_bytes(b"x")
+    with pytest.raises(BrwsimError) as e:
+        check_model(str(other))
+    assert (
+        str(e.value) == f"model {str(other)!r} is a file but neither a .gguf nor a saved-logits .npz: give a "
+        "model directory"
+    )
+    with pytest.raises(BrwsimError) as e:
+        check_model(str(tmp_path / "no" / "such"))
+    assert (
+        str(e.value) == f"model {str(tmp_path / 'no' / 'such')!r} does not exist; use {names}, a directory or a "
+        ".gguf file"
+    )
+    assert check_model("org/name") == ("hub", "org/name", {}) and check_model("plain") == ("hub", "plain", {})
