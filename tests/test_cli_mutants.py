@@ -1143,3 +1143,480 @@ def test_an_interrupted_real_model_run_says_how_many_prompts_finished(monkeypatc
     assert err == (
         "brwsim: interrupted by SIGTERM after 2 of 5 prompts: the results above are those of the finished prompts\n"
     )
+
+
+# --- brwsim plan, whole ---------------------------------------------------------------------------------------------
+
+PLAN_TABLES = """\
+t_verify: user table (csv:c.csv)
+speedup = tokens per second with speculation / without it = (E[X]+1) t_verify(0) / (t_verify(P) + t_draft(P)); \
+for the oracle (t_draft = 0) it is the speed of light: no deterministic drafter at that verifier cost does better
+E[X] and speedup are estimates; +- is the 95% CI of E[X]'s Monte Carlo error carried through
+
+oracle: E[X] from S1; draft cost: oracle (no draft cost: the speed of light)
+    P     E[X]   +-95%  t_verify ms t_draft ms  speedup   +-95%
+    0   0.0000  0.0000       10.000      0.000    1.000   0.000
+    1   0.5000  0.1000       12.500      0.000    1.200   0.080
+    2   0.9000  0.0000       15.000      0.000    1.267   0.000
+    4   1.2000  0.2500       20.000      0.000    1.100   0.125
+best P = 2: speedup 1.267 +- 0.000 (estimate); budgets whose 95% CI reaches the best's: 1, 2
+recommended P = 2 (the smallest budget whose estimate is within the best's 95% CI)
+
+chain: E[X] from S2; draft cost: chain: 1 ms per pass, one pass per tree (2 passes)
+    P     E[X]   +-95%  t_verify ms        min..max t_draft ms  speedup   +-95%
+    0   0.0000  0.0000       10.000               -      0.000    1.000   0.000
+    1   0.2500  0.0500       12.500      11.3..15.6      2.000    0.862   0.034
+    2   0.5000  0.5000       15.000               -      2.000    0.882   0.294
+best P = 0: speedup 1.000 +- 0.000 (estimate); budgets whose 95% CI reaches the best's: 0, 2
+recommended P = 0 (plain decoding is within the best's 95% CI: do not speculate)
+"""
+
+
+def test_plan_tables_are_printed_whole(capsys):
+    from brwsim.speedup import speedup_table
+
+    cost = TableCost({0: 0.01, 1: 0.0125, 2: 0.015, 4: 0.02}, kind="table", label="csv:c.csv")
+    t1 = speedup_table([(1, 0.5, 0.1), (2, 0.9, 0.0), (4, 1.2, 0.25)], cost, drafter="oracle", source="S1")
+    dc = DraftCost(0.001, 2, "chain: 1 ms per pass, one pass per tree (2 passes)", "user")
+    t2 = speedup_table([(1, 0.25, 0.05), (2, 0.5, 0.5)], cost, dc, drafter="chain", source="S2")
+    rows = [dataclasses.replace(r, spread=(0.9 * r.t_verify, 1.25 * r.t_verify)) if r.P == 1 else r for r in t2.rows]
+    t2 = dataclasses.replace(t2, rows=rows)
+    out = io.StringIO()
+    _plan.print_plan([t1, t2], out)
+    assert out.getvalue() == PLAN_TABLES and capsys.readouterr().out == ""
+    _plan.print_plan([t1, t2])
+    assert capsys.readouterr().out == PLAN_TABLES
+
+
+def _csv(tmp_path, rows="0,0.01\n1,0.011\n2,0.012\n4,0.016\n8,0.032\n16,0.064\n") -> str:
+    f = tmp_path / "cost.csv"
+    f.write_text("P,seconds\n" + rows)
+    return f"csv:{f}"
+
+
+def _plan_run(argv, capsys) -> tuple[int, str, str]:
+    code = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_from_a_saved_simulation_is_printed_whole(tmp_path, capsys):
+    hw = _csv(tmp_path)
+    saved = _saved(tmp_path, SIMULATED | {"results": SIMULATED["results"] + [{"P": 4, "mean": 1.2, "ci95": 0.25}]})
+    code, out, err = _plan_run(["--from-json", saved, "--hardware", hw], capsys)
+    assert (code, err) == (0, "")
+    assert out == (
+        f"t_verify: user table ({hw})\n{_plan.MEANING}\n"
+        "E[X] and speedup are estimates; +- is the 95% CI of E[X]'s Monte Carlo error carried through\n\n"
+        f"chain: E[X] from {saved} (L, 9 trees); draft cost: oracle (no draft cost: the speed of light)\n"
+        "    P     E[X]   +-95%  t_verify ms t_draft ms  speedup   +-95%\n"
+        "    0   0.0000  0.0000       10.000      0.000    1.000   0.000\n"
+        "    1   0.5000  0.1000       11.000      0.000    1.364   0.091\n"
+        "    2   0.9000  0.0000       12.000      0.000    1.583   0.000\n"
+        "    4   1.2000  0.2500       16.000      0.000    1.375   0.156\n"
+        "best P = 2: speedup 1.583 +- 0.000 (estimate); budgets whose 95% CI reaches the best's: 2\n"
+        "recommended P = 2 (the smallest budget whose estimate is within the best's 95% CI)\n"
+    )
+    code, out, err = _plan_run(["--from-json", _saved(tmp_path, SIMULATED), "--hardware", hw], capsys)
+    assert (
+        "best at least P = 2, still rising (E[X] was saved up to P = 2: run with larger budgets to find the best)"
+        in out
+    )
+
+
+def test_plan_from_a_saved_run_asks_the_cost_with_every_option(tmp_path, monkeypatch, capsys):
+    seen = []
+
+    def verify_cost(hw, **kw):
+        seen.append((hw, kw))
+        return TableCost({0: 1.0, 1: 1.0, 2: 1.0})
+
+    monkeypatch.setattr(_plan, "verify_cost", verify_cost)
+    opts = ["--hardware", "h9", "--params", "2e9", "--target", "T", "--bytes-per-param", "1", "--context", "64",
+            "--overhead", "0.5", "--repeats", "3", "--verifier", "V", "--json"]  # fmt: skip
+    kw = dict(params=2e9, target="T", bytes_per_param=1.0, context=64, overhead=0.5, repeats=3, model="V")
+    assert main(["plan", "--from-json", _saved(tmp_path, SIMULATED), *opts]) == 0
+    assert seen == [("h9", dict(P=[1, 2], **kw))]
+    res = [{"P": 2, "mean": 0.5, "ci95": 0.1}, {"P": 4, "mean": 0.75, "ci95": 0.1}]
+    run = {"model": "m", "tasks": [{"task": "a", "results": res}, {"task": "b", "results": res[:1]}]}
+    got = []
+    monkeypatch.setattr(_plan, "from_llm", lambda run, cost, **kw: got.append((run.model, cost, kw)) or [])
+    assert main(["plan", "--from-json", _saved(tmp_path, run), *opts, "--task", "b"]) == 0
+    assert seen[1] == ("h9", dict(P=[2, 4], **kw))  # the first task's budgets
+    assert got == [("m", TableCost({0: 1.0, 1: 1.0, 2: 1.0}), dict(task="b", bytes_per_param=1.0, context=64))]
+    assert json.loads(capsys.readouterr().out[-200:].splitlines()[-1]) == {"tables": []}
+
+
+def test_plan_from_a_saved_real_model_run_names_its_tasks_limit(tmp_path, capsys):
+    res = [{"P": 1, "mean": 0.8, "ci95": 0.1}, {"P": 2, "mean": 1.2, "ci95": 0.2}]
+    run = {"model": "m", "vocab_size": 9, "tasks": [{"task": "code", "prompts": 2, "results": res}]}
+    code, out, err = _plan_run(["--from-json", _saved(tmp_path, run), "--hardware", _csv(tmp_path, "0,1\n2,1\n")],
+                               capsys)  # fmt: skip
+    assert (code, err) == (0, "")
+    assert (
+        "best at least P = 2, still rising (E[X] was saved up to P = 2: run with larger budgets to find the best)"
+        in out
+    )
+    code, out, err = _plan_run(["--from-json", _saved(tmp_path, run), "--hardware", "h100", "--params", "1e9",
+                                "--task", "prose"], capsys)  # fmt: skip
+    assert code == 2 and err.startswith("brwsim: error: ") and "prose" in err and "cannot read" not in err
+
+
+UNREAD = "; give a brwsim --json output"
+
+
+@pytest.mark.parametrize(
+    "saved,why",
+    [
+        ({"tasks": [{"task": "a"}]}, ": cannot read its result rows (missing key 'results')" + UNREAD),
+        ({"tasks": []}, ": cannot read its result rows (list index out of range)" + UNREAD),
+        ({"tasks": 5}, ": cannot read its result rows ('int' object is not iterable)" + UNREAD),
+        ({"results": None}, ": cannot read its result rows ('NoneType' object is not iterable)" + UNREAD),
+        ({"results": [{"P": 1}]}, ": cannot read its result rows (missing key 'mean')" + UNREAD),
+        ({"tasks": [{"task": "a", "results": [{"P": 0, "mean": 0.0}]}]},
+         ": row 0 has P = 0; P must be an integer >= 1"),
+        ({"results": [{"P": "1", "mean": 0.5}]}, ": row 0 has P = '1'; P must be an integer >= 1"),
+        ([1], " is neither a brwsim simulate nor a brwsim llm --json output"),
+    ],
+)  # fmt: skip
+def test_plan_refuses_a_saved_file_it_cannot_read(tmp_path, capsys, saved, why):
+    path = _saved(tmp_path, saved)
+    want = f"brwsim: error: --from-json {path!r}{why}\n"
+    assert _plan_run(["--from-json", path, "--hardware", _csv(tmp_path)], capsys) == (2, "", want)
+
+
+def test_plan_refuses_a_path_that_is_no_json_file(tmp_path, monkeypatch, capsys):
+    hw = ["--hardware", _csv(tmp_path)]
+    want = "; give the file a brwsim simulate/llm --json run wrote\n"
+    assert _plan_run(["--from-json", str(tmp_path), *hw], capsys) == (
+        2, "", f"brwsim: error: --from-json {str(tmp_path)!r} is a directory{want}")  # fmt: skip
+    path = str(tmp_path / "none.json")
+    assert _plan_run(["--from-json", path, *hw], capsys) == (
+        2, "", f"brwsim: error: --from-json {path!r} does not exist{want}")  # fmt: skip
+    long = str(tmp_path / ("x" * 300))
+    code, _, err = _plan_run(["--from-json", long, *hw], capsys)
+    assert code == 2 and err.startswith(f"brwsim: error: --from-json {long[:60]!r}... ({len(long)} characters) is not")
+    f = tmp_path / "bad.json"
+    f.write_text("{not json")
+    assert _plan_run(["--from-json", str(f), *hw], capsys) == (
+        2, "", f"brwsim: error: --from-json {str(f)!r} is not JSON (Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)); give a brwsim simulate/llm --json output\n")  # fmt: skip
+    f.write_bytes(b"\xff\xfe")
+    assert _plan_run(["--from-json", str(f), *hw], capsys) == (
+        2, "", f"brwsim: error: --from-json {str(f)!r} is not JSON ('utf-8' codec can't decode byte 0xff in position "
+        "0: invalid start byte); give a brwsim simulate/llm --json output\n")  # fmt: skip
+
+    def unreadable(self, *a, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(_plan.Path, "read_text", unreadable)
+    assert _plan_run(["--from-json", str(f), *hw], capsys) == (
+        2, "", f"brwsim: error: --from-json {str(f)!r} cannot be read (Permission denied)\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "row,why",
+    [
+        ({"P": True, "mean": 0.5}, "has P = True; P must be an integer >= 1"),
+        ({"P": 1.0, "mean": 0.5}, "has P = 1.0; P must be an integer >= 1"),
+        ({"P": -1, "mean": 0.5}, "has P = -1; P must be an integer >= 1"),
+        ({"P": 2, "mean": True}, "(P = 2) has E[X] = True; it must be finite, in [0, P]"),
+        ({"P": 2, "mean": "1"}, "(P = 2) has E[X] = '1'; it must be finite, in [0, P]"),
+        ({"P": 2, "mean": math.nan}, "(P = 2) has E[X] = nan; it must be finite, in [0, P]"),
+        ({"P": 2, "mean": math.inf}, "(P = 2) has E[X] = inf; it must be finite, in [0, P]"),
+        ({"P": 2, "mean": -0.25}, "(P = 2) has E[X] = -0.25; it must be finite, in [0, P]"),
+        ({"P": 2, "mean": 2.5}, "(P = 2) has E[X] = 2.5; it must be finite, in [0, P]"),
+        ({"P": 2, "mean": 3}, "(P = 2) has E[X] = 3; it must be finite, in [0, P]"),
+        ({"P": 2, "mean": 1, "ci95": False}, "(P = 2) has ci95 = False; it must be finite, >= 0"),
+        ({"P": 2, "mean": 1, "ci95": "0"}, "(P = 2) has ci95 = '0'; it must be finite, >= 0"),
+        ({"P": 2, "mean": 1, "ci95": -0.5}, "(P = 2) has ci95 = -0.5; it must be finite, >= 0"),
+        ({"P": 2, "mean": 1, "ci95": math.inf}, "(P = 2) has ci95 = inf; it must be finite, >= 0"),
+    ],
+)
+def test_saved_rows_are_checked_one_by_one(row, why):
+    with pytest.raises(BrwsimError) as e:
+        _plan._check_rows([{"P": 1, "mean": 0.0}, row], "f.json")
+    assert str(e.value) == f"--from-json 'f.json': row 1 {why}"
+
+
+def test_saved_rows_read_as_budgets_values_and_half_widths():
+    rows = [{"P": 1, "mean": 0, "ci95": 0}, {"P": 2, "mean": 2, "ci95": None}, {"P": 3, "mean": 1.5}]
+    got = _plan._check_rows(rows, "f")
+    assert got[0] == (1, 0.0, 0.0) and [type(x) for x in got[0]] == [int, float, float]
+    assert got[1][:2] == (2, 2.0) and math.isnan(got[1][2]) and got[2][:2] == (3, 1.5) and math.isnan(got[2][2])
+    assert _plan._check_rows([{"P": 1, "mean": 0.5, "ci95": math.nan}], "f")[0][1] == 0.5
+    assert _plan._Ps([{"P": 4.0}, {"P": 2}]) == [4, 2]
+
+
+PLAN_REFUSALS = [
+    ([], "give exactly one of --law SPEC, --model M, --from-json FILE or --acceptance VECTOR"),
+    (["--law", "L", "--model", "m"], "give exactly one of --law SPEC, --model M, --from-json FILE or --acceptance "
+                                     "VECTOR"),
+    (["--law", "L", "--tree-depth", "2"], "--tree-depth D (>= 1) goes with --acceptance: draft levels below the root"),
+    (["--acceptance", "0.5", "--tree-depth", "0"], "--tree-depth D (>= 1) goes with --acceptance: draft levels below "
+                                                   "the root"),
+    (["--law", "L", "--P-max", "0"], "--P-max must be >= 1, got 0"),
+    (["--law", "L", "--draft-pass-seconds", "-0.5"], "--draft-pass-seconds must be a finite number >= 0 and "
+                                                     "--draft-passes >= 1"),
+    (["--law", "L", "--draft-pass-seconds", "inf"], "--draft-pass-seconds must be a finite number >= 0 and "
+                                                    "--draft-passes >= 1"),
+    (["--law", "L", "--draft-prompts", "0"], "--draft-prompts and --draft-tokens must be >= 1, got 0, 16"),
+    (["--law", "L"], "give --hardware: " + _plan.hardware_names()),
+    (["--acceptance", "0.5"], "give --hardware: " + _plan.hardware_names()),
+    (["--from-json", "f"], "give --hardware: " + _plan.hardware_names()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv,why", PLAN_REFUSALS)
+def test_plan_refuses_bad_arguments_in_one_line(monkeypatch, capsys, argv, why):
+    monkeypatch.setattr(_plan, "simulate", None)  # nothing is simulated
+    assert _plan_run(argv, capsys) == (2, "", f"brwsim: error: {why}\n")
+
+
+@pytest.mark.parametrize("name", ["params", "bytes_per_param", "overhead", "draft_pass_seconds"])
+def test_plan_refuses_an_option_argparse_read_as_a_list(name):
+    args = build_parser().parse_args(["plan", "--law", "L"])
+    setattr(args, name, [])
+    with pytest.raises(BrwsimError) as e:
+        _plan._cmd(args)
+    assert str(e.value) == f"--{name.replace('_', '-')} needs a number, got []"
+
+
+def test_plan_takes_the_edges_of_its_arguments(tmp_path, monkeypatch, capsys):
+    hw = ["--hardware", _csv(tmp_path), "--P", "1", "--json"]
+    for extra in (["--P-max", "1"], ["--draft-pass-seconds", "0"], ["--tree-depth", "1"]):
+        assert _plan_run(["--acceptance", "0.5", *hw, *extra], capsys)[0] == 0
+
+
+def test_plan_of_a_law_asks_the_cost_with_every_option_and_grows_its_grid_to_P_max(monkeypatch, capsys):
+    calls, seen = [], []
+
+    def simulate(law, **kw):
+        calls.append((kw.get("drafter"), list(kw["P"])))
+        rows = [types.SimpleNamespace(P=p, stat=types.SimpleNamespace(mean=p * 0.9, ci95=0.0)) for p in kw["P"]]
+        return types.SimpleNamespace(results=rows, drafter=kw.get("drafter") or "oracle", law=law, trees=kw["trees"])
+
+    def verify_cost(hw, **kw):
+        seen.append((hw, kw))
+        return TableCost({0: 1.0, 64: 1.0})
+
+    monkeypatch.setattr(_plan, "simulate", simulate)
+    monkeypatch.setattr(_plan, "verify_cost", verify_cost)
+    assert main(["plan", "--law", "L", "--hardware", "hw", "--params", "2e9", "--target", "T", "--bytes-per-param", "1",
+                 "--context", "64", "--overhead", "0.5", "--repeats", "3", "--verifier", "V", "--P", "2,1",
+                 "--P-max", "8", "--drafter", "eagle", "--drafter", "chain", "--draft-pass-seconds", "0.001",
+                 "--json"]) == 0  # fmt: skip
+    assert seen == [("hw", dict(P=[2, 1], params=2e9, target="T", bytes_per_param=1.0, context=64, overhead=0.5,
+                                repeats=3, model="V"))]  # fmt: skip
+    grid = [[1, 2], [1, 2, 4], [1, 2, 4, 8]]
+    assert calls == [(None, P) for P in grid] + [("chain", P) for P in grid]
+    tables = json.loads(capsys.readouterr().out)["tables"]
+    assert [t["drafter"] for t in tables] == ["oracle", "chain"]
+    assert tables[1]["draft_cost"]["label"] == "chain: 1 ms per pass, one pass per drafted token"
+    assert tables[0]["draft_cost"]["kind"] == "none" and tables[1]["draft_cost"]["kind"] == "user"
+    calls.clear()
+    assert main(["plan", "--law", "L", "--hardware", "hw", "--P", "1", "--P-max", "1", "--drafter", "oracle",
+                 "--json"]) == 0  # fmt: skip
+    assert calls == [(None, [1])] and len(json.loads(capsys.readouterr().out)["tables"]) == 1
+
+
+ACCEPTANCE_PLAN = """\
+acceptance rates a[rank 1..2]: 0.6, 0.2
+Sequoia's terms: its budget m = P + 1 counts the root; tau = X + 1; max_depth = tree depth + 1
+    P     m         X       tau depth
+    1     2   0.60000   1.60000     1
+    2     3   0.96000   1.96000     2
+    4     5   1.37600   2.37600     3
+
+t_verify: user table ({hw})
+{meaning}
+E[X] and speedup are estimates; +- is the 95% CI of E[X]'s Monte Carlo error carried through
+
+sequoia (acceptance vector): E[X] from Sequoia's tree under the acceptance vector '0.6,0.2' (2 ranks); draft cost: \
+sequoia: 0 ms per pass, one pass per drafted token
+    P     E[X]   +-95%  t_verify ms t_draft ms  speedup   +-95%
+    0   0.0000  0.0000       10.000      0.000    1.000   0.000
+    1   0.6000  0.0000       11.000      0.000    1.455   0.000
+    2   0.9600  0.0000       12.000      0.000    1.633   0.000
+    4   1.3760  0.0000       16.000      0.000    1.485   0.000
+best P = 2: speedup 1.633 +- 0.000 (estimate); budgets whose 95% CI reaches the best's: 2
+recommended P = 2 (the smallest budget whose estimate is within the best's 95% CI)
+tree at P = 2: nodes per level [1, 1] (--json lists every budget's rank paths)
+"""
+
+
+def test_plan_of_an_acceptance_vector_is_printed_whole(tmp_path, monkeypatch, capsys):
+    from brwsim.drafters._sequoia import sequoia_budgets
+
+    made = []
+
+    def budgets(a, P, depth):
+        made.append((P, depth))
+        return sequoia_budgets(a, P, depth)
+
+    monkeypatch.setattr(_plan, "sequoia_budgets", budgets)
+    hw = _csv(tmp_path)
+    assert _plan_run(["--acceptance", "0.6,0.2", "--hardware", hw, "--P", "1,2"], capsys) == (
+        0, ACCEPTANCE_PLAN.format(hw=hw, meaning=_plan.MEANING), "")  # fmt: skip
+    assert made == [([1, 2], None), ([4], None)]  # each budget's tree made once
+    code, out, _ = _plan_run(["--acceptance", "0.6,0.2", "--hardware", hw, "--P", "1,2", "--json"], capsys)
+    d = json.loads(out)
+    assert list(d) == ["tables", "sequoia"] and [t["P"] for t in d["sequoia"]] == [1, 2, 4]
+    assert d["sequoia"] == [dict(t, X=pytest.approx(t["X"]), tau=pytest.approx(t["tau"])) for t in
+                            sequoia_budgets([0.6, 0.2], [1, 2, 4])]  # fmt: skip
+    made.clear()
+    code, out, _ = _plan_run(["--acceptance", "0.5,0.3", "--tree-depth", "1", "--hardware", hw, "--P", "1,2"], capsys)
+    assert made[0] == ([1, 2], 1) and "tree at P = 2: nodes per level [2] (--json" in out
+
+
+@pytest.mark.parametrize("P_max,levels", [(32, str([1] * 32)), (33, str([1] * 16)[:-1] + ", ... (33 levels)]")])
+def test_a_deep_sequoia_tree_is_shown_by_its_first_levels(tmp_path, capsys, P_max, levels):
+    hw = _csv(tmp_path, "0,0.01\n64,0.01\n")
+    code, out, _ = _plan_run(["--acceptance", "0.99", "--hardware", hw, "--P", "1,2", "--P-max", str(P_max)], capsys)
+    assert (
+        out.splitlines()[-1]
+        == f"tree at P = {P_max}: nodes per level {levels} (--json lists every budget's rank paths)"
+    )
+
+
+def test_a_sequoia_tree_not_worth_drafting_is_not_shown(tmp_path, capsys):
+    argv = ["--acceptance", "0.01", "--hardware", _csv(tmp_path), "--P", "1,2", "--draft-pass-seconds", "0.01"]
+    code, out, _ = _plan_run(argv, capsys)
+    assert out.splitlines()[-1] == "recommended P = 0 (plain decoding is within the best's 95% CI: do not speculate)"
+    assert "sequoia: 10 ms per pass, one pass per drafted token" in out
+
+
+def test_plan_of_an_acceptance_vector_asks_the_cost_with_every_option(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(_plan, "verify_cost", lambda hw, **kw: seen.append((hw, kw)) or TableCost({0: 1.0, 64: 2.0}))
+    assert main(["plan", "--acceptance", "0.5", "--hardware", "hw", "--params", "2e9", "--target", "T",
+                 "--bytes-per-param", "1", "--context", "64", "--overhead", "0.5", "--repeats", "3", "--verifier", "V",
+                 "--P", "2,1", "--json"]) == 0  # fmt: skip
+    assert seen == [("hw", dict(P=[2, 1], params=2e9, target="T", bytes_per_param=1.0, context=64, overhead=0.5,
+                                repeats=3, model="V"))]  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(BrwsimError) as e:  # a bad vector: one line before any cost is asked
+        _plan._cmd(build_parser().parse_args(["plan", "--acceptance", "0.9,0.5", "--hardware", "hw"]))
+    assert str(e.value).startswith("acceptance vector '0.9,0.5': rates must be") and len(seen) == 1
+
+
+class _Opened:
+    def __init__(self, name):
+        self.name = name
+
+
+def _model_plan(monkeypatch, argv, capsys):
+    """``brwsim plan --model`` with its model, cost, drafters and run recorded."""
+    from brwsim.speedup import speedup_table
+
+    seen = []
+    cost = TableCost({0: 1.0, 1: 1.0, 2: 1.0})
+    monkeypatch.setattr(_plan, "load_source", lambda model, **kw: seen.append(("load", model, kw)) or "source")
+    monkeypatch.setattr(_plan, "verify_cost", lambda hw, **kw: seen.append(("cost", hw, kw)) or cost)
+    drafters = [_Opened("d1"), _Opened("d2")]
+
+    def open_drafters(*a):
+        seen.append(("open", *a))
+        return drafters, "cal"
+
+    monkeypatch.setattr(_plan, "open_drafters", open_drafters)
+    monkeypatch.setattr(_plan, "run_llm", lambda opts, **kw: seen.append(("run", opts, kw)) or "run")
+
+    def drafting(args, d, source, cost_, P, opts):
+        seen.append(("drafting", d.name, source, cost_ is cost, P, opts.n))
+        return f"cost of {d.name}"
+
+    monkeypatch.setattr(_plan, "_drafting", drafting)
+
+    def from_llm(run, cost_, **kw):
+        seen.append(("from_llm", run, cost_ is cost, kw))
+        return [speedup_table([(1, 0.5, 0.0), (2, 1.5, 0.0)], cost_)]
+
+    monkeypatch.setattr(_plan, "from_llm", from_llm)
+    code, out, err = _plan_run(["--model", "m", *argv], capsys)
+    return code, out, err, seen
+
+
+def test_a_real_model_plan_passes_every_option_on(monkeypatch, capsys):
+    from brwsim.llm.run import RunOptions
+
+    argv = ["--hardware", " h9 ", "--params", "2e9", "--target", "T", "--bytes-per-param", "1", "--context", "64",
+            "--overhead", "0.5", "--repeats", "3", "--verifier", "V", "--P", "2,1", "--prompts", "pydoc", "--n", "3",
+            "--walks", "6", "--depth", "5", "--seed", "4", "--surrogate-trees", "7", "--drafter", "lookup:n=3",
+            "--drafter", "lookup:n=2", "--task", "code", "--json"]  # fmt: skip
+    monkeypatch.setattr(_plan, "preset", lambda name: None)
+    code, out, err, seen = _model_plan(monkeypatch, argv, capsys)
+    assert (code, err) == (0, "")
+    opts = RunOptions(model="m", prompts="pydoc", n=3, P=(1, 2), walks=6, depth=5, seed=4, trees=7, threads=1,
+                      drafters=("lookup:n=3", "lookup:n=2"))  # fmt: skip
+    kw = dict(params=2e9, target="T", bytes_per_param=1.0, context=64, overhead=0.5, repeats=3, model="m")
+    assert seen[:3] == [
+        ("load", "m", dict(threads=1)),
+        ("cost", "h9", dict(P=[2, 1], source="source", **kw)),
+        ("open", "source", ("lookup:n=3", "lookup:n=2"), 1.0, None, 256),
+    ]
+    run = seen[3]
+    assert run[:2] == ("run", opts) and run[2]["source"] == "source" and run[2]["opened"][1] == "cal"
+    assert [d.name for d in run[2]["opened"][0]] == ["d1", "d2"] and list(run[2]) == ["source", "opened"]
+    assert seen[4:] == [
+        ("drafting", "d1", "source", True, [2, 1], 3),
+        ("drafting", "d2", "source", True, [2, 1], 3),
+        ("from_llm", "run", True, dict(task="code", draft_costs={"d1": "cost of d1", "d2": "cost of d2"})),
+    ]
+    (t,) = json.loads(out)["tables"]
+    assert t["best"]["limit"] == "E[X] was measured up to P = 2: give larger budgets (--P) to find the best"
+
+
+@pytest.mark.parametrize(
+    "hw,why",
+    [
+        ("csv:/nonexistent/c.csv", "cost table '/nonexistent/c.csv' does not exist (expected a CSV file of rows "
+                                   "'P,seconds')"),
+        ("custom:bw=x", "bad hardware 'custom:bw=x': bw='x' is not a number"),
+        (" nope ", "unknown hardware 'nope'; use one of h100, h200, a100, l4, cpu-measured, cpu-roofline, "
+                   "cpu-achieved, csv:FILE or custom:bw=BYTES_PER_S,flops=FLOP_PER_S"),
+    ],
+)  # fmt: skip
+def test_a_real_model_plan_refuses_bad_hardware_before_loading_the_model(monkeypatch, capsys, hw, why):
+    code, out, err, seen = _model_plan(monkeypatch, ["--hardware", hw], capsys)
+    assert (code, out, err, seen) == (2, "", f"brwsim: error: {why}\n", [])
+
+
+def test_a_real_model_plan_refuses_a_missing_drafter_directory_before_loading_the_model(monkeypatch, capsys):
+    argv = ["--hardware", "H100", "--params", "1e9", "--drafter", "lookup:n=3", "--drafter", "model:/nonexistent/d"]
+    code, out, err, seen = _model_plan(monkeypatch, argv, capsys)
+    assert (code, out, seen) == (2, "", [])
+    assert err == (
+        "brwsim: error: drafter model:/nonexistent/d: '/nonexistent/d' is not a directory (give a transformers model "
+        "directory)\n"
+    )
+    code, out, err, seen = _model_plan(monkeypatch, ["--hardware", "cpu-measured", "--json"], capsys)
+    assert (code, err) == (0, "") and seen[1][:2] == ("cost", "cpu-measured")
+    assert seen[2] == ("open", "source", (), 1.0, None, 256) and seen[3][1].drafters == ()
+
+
+def test_a_real_drafters_measured_cost_passes_every_option_on(monkeypatch, capsys):
+    got = []
+    calls = types.SimpleNamespace(cost=lambda t0: ("measured", t0))
+    monkeypatch.setattr(_plan, "measure_draft_calls", lambda *a: got.append(a) or calls)
+    monkeypatch.setattr(_plan, "load_prompts", lambda prompts, n: [types.SimpleNamespace(text=f"{prompts}{i}")
+                                                                    for i in range(n)])  # fmt: skip
+    args = types.SimpleNamespace(hardware="cpu-measured", draft_prompts=2, draft_tokens=5, seed=9)
+    source = types.SimpleNamespace(encode=lambda text: [text])
+    cost = types.SimpleNamespace(t_verify=lambda P: 0.25 + P)
+    d = _Drafter()
+    assert _plan._drafting(args, d, source, cost, [1, 2], types.SimpleNamespace(prompts="q", n=3)) == ("measured", 0.25)
+    assert got == [(d, source, [["q0"], ["q1"]], [1, 2], 5, 1.0, 9, "lookup:n=3")]
+    assert capsys.readouterr() == ("", "plan: lookup:n=3: drafting per call in speculative decoding on 2 prompts\n")
+    args.draft_prompts = 5  # at most the run's prompts
+    _plan._drafting(args, d, source, cost, [1], types.SimpleNamespace(prompts="q", n=3))
+    assert got[-1][2] == [["q0"], ["q1"], ["q2"]] and "on 3 prompts" in capsys.readouterr().err
+
+
+def test_a_real_drafters_cost_derived_from_its_size_off_a_roofline(monkeypatch):
+    derived = []
+    monkeypatch.setattr(_plan, "derived_draft_cost", lambda *a: derived.append(a) or "derived")
+    args = types.SimpleNamespace(hardware="csv:x", bytes_per_param=1.5, context=99)
+    d, cost = _Drafter(footprint=7), object()
+    assert _plan._drafting(args, d, None, cost, [1], None) == "derived"
+    assert derived == [(cost, d, 1.5, 99)]
