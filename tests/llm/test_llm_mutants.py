@@ -1275,3 +1275,189 @@ def test_sharegpts_small_parts():
         sg.package_data_file("brwsim", "brwsim", "no/such.json", "src")
     assert str(e.value) == "package brwsim has no no/such.json; reinstall it: pip install brwsim"
     assert sg.package_data_file("brwsim", "brwsim", "llm/results.py", "src").endswith("brwsim/llm/results.py")
+
+
+# --- walks, tree values, the direct check, calibration: on a context of fixed rows --------------------------------
+
+
+class _Rows:
+    """A context whose row after a prefix depends on its depth's parity and last token (V = 4)."""
+
+    P = (np.array([0.5, 0.25, 0.15, 0.1]), np.array([0.4, 0.3, 0.2, 0.1]))
+
+    @classmethod
+    def row(cls, prefix):
+        p = np.roll(cls.P[len(prefix) % 2], prefix[-1] if prefix else 0)
+        return np.log(p).astype(np.float32)
+
+    @classmethod
+    def make(cls):
+        from brwsim.llm.sources import Context
+
+        class Ctx(Context):
+            asked: list = []
+
+            def logprobs(self, prefixes):
+                self.asked.append(list(prefixes))
+                return np.stack([cls.row(tuple(p)) for p in prefixes]) if prefixes else np.zeros((0, 4), np.float32)
+
+        return Ctx()
+
+
+def test_walks_record_each_sampled_tokens_surprisal_and_row_moments():
+    from brwsim._moments import entropy_moments
+    from brwsim.llm.measure._walks import sample_walks
+    from brwsim.llm.sources._query import top_k_rows
+
+    w = sample_walks(_Rows.make(), 6, 5, np.random.default_rng(1), K=2, eos={3})
+    assert w.xi.shape == w.H.shape == w.M2.shape == (6, 5) and len(w.tokens) == 6
+    nodes = 0
+    for k, toks in enumerate(w.tokens):
+        assert 1 <= len(toks) <= 5 and (len(toks) == 5 or toks[-1] == 3) and 3 not in toks[:-1]
+        for d, t in enumerate(toks):
+            row = _Rows.row(tuple(toks[:d]))
+            H, M2 = entropy_moments(row.astype(np.float64))
+            assert w.xi[k, d] == -float(row[t]) and np.isclose(w.H[k, d], H) and np.isclose(w.M2[k, d], M2)
+        assert np.isnan(w.xi[k, len(toks) :]).all() and np.isnan(w.H[k, len(toks) :]).all()
+        nodes += len(toks)
+    assert any(len(t) < 5 for t in w.tokens) and any(len(t) == 5 for t in w.tokens)
+    assert w.pool_logp.shape == (nodes, 2)
+    assert w.pool_logp[:6].tolist() == [top_k_rows(_Rows.row(())[None], 2)[1][0].tolist()] * 6
+    one = sample_walks(_Rows.make(), 2, 1, np.random.default_rng(1), K=9)
+    assert one.pool_logp.shape == (2, 4) and all(len(t) == 1 for t in one.tokens)
+    for depth, K in ((0, 1), (1, 0)):
+        with pytest.raises(ValueError) as e:
+            sample_walks(_Rows.make(), 2, depth, np.random.default_rng(1), K=K)
+        assert str(e.value) == f"sample_walks needs depth >= 1 and K >= 1, got depth {depth}, K {K}"
+    same = sample_walks(_Rows.make(), 6, 5, np.random.default_rng(1), K=2, eos={3})
+    assert same.tokens == w.tokens
+
+
+def test_a_prompts_stream_and_its_results_json():
+    from brwsim.llm.measure._search import OracleTree
+    from brwsim.llm.measure._walks import PromptResult, _dec, _enc, prompt_rng
+    from brwsim.llm.sources._prompts import Prompt
+
+    p = Prompt("code", "HumanEval/3", "def f():")
+    tag = int.from_bytes(b"code\0HumanEval/3"[:16], "little")
+    want = np.random.default_rng([7, tag & 0xFFFFFFFF, tag >> 32 & 0xFFFFFFFF, tag >> 64]).random(3)
+    assert prompt_rng(7, p).random(3).tolist() == want.tolist()
+    assert prompt_rng(7, Prompt("a", "b", "")).random() == np.random.default_rng(
+        [7, int.from_bytes(b"a\0b", "little"), 0, 0]).random()  # fmt: skip
+    assert prompt_rng(8, p).random() != prompt_rng(7, p).random()
+    a = np.array([[1.5, np.nan], [-np.inf, 2.0]])
+    assert _enc(a) == {"shape": [2, 2], "data": [1.5, None, None, 2.0]}
+    assert _dec(_enc(a), -1.0).tolist() == [[1.5, -1.0], [-1.0, 2.0]]
+    oracle = OracleTree(np.array([0.5, 0.75]), np.array([-0.5, -np.inf]), np.array([1, 2]), [(3,), (3, 4)], 5, 2)
+    r = PromptResult(p, 4, None, oracle, 1.5, {"oracle": 0.5}, {"oracle": 0.1})
+    d = r.to_dict()
+    assert d == {"prompt": {"task": "code", "id": "HumanEval/3", "text": "def f():"}, "n_tokens": 4, "walks": None,
+                 "oracle": {"values": {"shape": [2], "data": [0.5, 0.75]}, "logP": {"shape": [2], "data": [-0.5, None]},
+                            "depth": [1, 2], "prefixes": [[3], [3, 4]], "evaluated": 5, "passes": 2},
+                 "seconds": 1.5, "phases": {"oracle": 0.5}, "host": {"oracle": 0.1}, "tokens": {}, "floor": {},
+                 "host_bytes": 0, "host_nodes": 0}  # fmt: skip
+    back = PromptResult.from_dict({k: v for k, v in d.items() if k not in ("tokens", "floor", "host_bytes",
+                                                                           "host_nodes")})  # fmt: skip
+    assert back.walks is None and back.oracle.prefixes == [(3,), (3, 4)] and back.oracle.logP[1] == -np.inf
+    assert (back.tokens, back.floor, back.host_bytes, back.host_nodes) == ({}, {}, 0, 0)
+    assert back.oracle.depth.dtype == np.int64 and back.to_dict() == d
+
+
+def test_a_tasks_summary_without_walks_and_its_pool(tmp_path):
+    from brwsim._stats import mean_ci95
+    from brwsim.llm.measure._search import OracleTree
+    from brwsim.llm.measure._task import pool_law, prompt_moments, save_pool, summarize_task
+    from brwsim.llm.results import OracleRow
+
+    def result(values, evaluated, passes, walks=None):
+        o = OracleTree(np.array(values), np.zeros(2), np.ones(2, np.int64), [(1,), (2,)], evaluated, passes)
+        return types.SimpleNamespace(oracle=o, walks=walks)
+
+    t = summarize_task("code", [result([0.5, 0.75], 3, 1), result([0.25, 1.5], 4, 2)], [2, 1, 2])
+    assert t.rows == [OracleRow(1, *mean_ci95([0.5, 0.25])), OracleRow(2, *mean_ci95([0.75, 1.5]))]
+    assert (t.task, t.prompts, t.oracle_evaluated_nodes, t.oracle_passes, t.walks, t.pool) == ("code", 2, 7, 3, {},
+                                                                                                None)  # fmt: skip
+    with np.errstate(divide="ignore"):
+        lp = [np.log(np.array([[0.5, 0.5, 0.0]])), np.log(np.array([[0.25, 0.25, 0.5], [1.0, 0.0, 0.0]]))]
+    w = [types.SimpleNamespace(pool_logp=lp[0], H=np.array([[0.75, np.nan]]), M2=np.array([[2.0, np.nan]])),
+         types.SimpleNamespace(pool_logp=lp[1], H=np.array([[1.0, 0.5]]), M2=np.array([[1.0, 0.0]]))]  # fmt: skip
+    rs = [types.SimpleNamespace(walks=x) for x in w]
+    mu, mu2 = save_pool(str(tmp_path / "p.npz"), rs)
+    assert (mu, mu2) == (0.75, 1.0)
+    z = np.load(tmp_path / "p.npz")
+    assert z["logp"].dtype == np.float32 and z["logp"][0, 2] == np.float32(-1e30) and z["logp"][1, 2] == np.log(
+        np.float32(0.5))  # fmt: skip
+    assert z["entropy"].tolist() == [0.75, 1.0, 0.5] and z["m2"].tolist() == [2.0, 1.0, 0.0]
+    law, mu_, mu2_ = pool_law("code", rs)
+    assert (mu_, mu2_) == (0.75, 1.0) and law.path == "code (in memory)" and law.truncated is False
+    assert np.allclose(np.exp(np.asarray(law.logp)), [[0.5, 0.5, 0], [0.5, 0.25, 0.25], [1, 0, 0]])
+    assert np.asarray(law.entropy).tolist() == [0.75, 1.0, 0.5] and np.asarray(law.m2).tolist() == [2.0, 1.0, 0.0]
+    assert prompt_moments(rs) == dict(zip(("mu", "mu_ci95"), mean_ci95([0.75, 0.75]), strict=True)) | dict(
+        zip(("mu2", "mu2_ci95"), mean_ci95([2.0, 0.5]), strict=True))  # fmt: skip
+
+
+def test_a_trees_value_is_the_sum_of_its_path_probabilities():
+    from brwsim.llm.drafters._values import PromptCheck, prefix_values, target_logP, warm_target
+
+    ctx = _Rows.make()
+    nodes = [(0,), (0, 1), (2,), (0, 1, 1)]
+    r0, r1, r01 = _Rows.row(()), _Rows.row((0,)), _Rows.row((0, 1))
+    want = [r0[0], r0[0] + r1[1], r0[2], r0[0] + r1[1] + r01[1]]
+    assert np.allclose(target_logP(ctx, nodes), want)
+    assert target_logP(ctx, []).tolist() == [] and target_logP(ctx, [()]).tolist() == [0.0]
+    v = prefix_values(ctx, nodes, 6)
+    assert np.allclose(v, np.cumsum(np.exp(want)).tolist() + [np.exp(want).sum()] * 2)
+    assert np.allclose(prefix_values(ctx, nodes, 2), np.cumsum(np.exp(want))[:2])
+    assert prefix_values(ctx, [], 3).tolist() == [0.0, 0.0, 0.0]
+    ctx.asked.clear()
+    warm_target(ctx, [[(0, 1, 1)], [(2,), (0,)]])
+    assert ctx.asked == [[(), (0,), (0, 1)]]
+    warm_target(ctx, [[]])
+    assert len(ctx.asked) == 1
+    assert PromptCheck("topq", 2, 10, 1.0, 0.1, 0.9, 0.2).to_dict() == {"builder": "topq", "P": 2, "samples": 10,
+        "mean": 1.0, "se": 0.1, "value": 0.9, "sample_se": 0.2}  # fmt: skip
+
+
+def test_the_direct_check_accepts_while_the_targets_path_is_in_the_tree(monkeypatch):
+    from brwsim.llm.drafters._values import prefix_values, speculative_check
+
+    monkeypatch.setattr(_Rows, "P", (np.array([1.0, 0, 0, 0]), np.array([0, 1.0, 0, 0])))  # 0, then 1, 1, ...
+    with np.errstate(divide="ignore"):
+        ctx = _Rows.make()
+        rng = np.random.default_rng(0)
+        assert speculative_check(ctx, [(0,), (0, 1), (0, 1, 2), (1,)], 5, rng).tolist() == [2.0] * 5
+        assert speculative_check(ctx, [(1,), (0, 0)], 4, rng).tolist() == [0.0] * 4
+        assert speculative_check(ctx, [], 3, rng).tolist() == [0.0] * 3
+    monkeypatch.undo()
+    tree = [(0,), (1,), (0, 0), (0, 1), (1, 1), (0, 0, 2)]
+    X = speculative_check(_Rows.make(), tree, 4000, np.random.default_rng(3))
+    value = prefix_values(_Rows.make(), tree, len(tree))[-1]
+    assert abs(X.mean() - value) < 4 * X.std() / np.sqrt(len(X)) and set(X.tolist()) == {0.0, 1.0, 2.0, 3.0}
+
+
+def test_a_drafters_held_out_divergences_and_rates():
+    from brwsim.llm.drafters._calibrate import STATS, calibrate, heldout_ids, row_divergences
+
+    lp = np.log(np.array([[0.5, 0.5], [0.75, 0.25]]))
+    lq = np.log(np.array([[0.25, 0.75], [0.75, 0.25]]))
+    d = row_divergences(lp, lq)
+    ce0 = -(0.5 * np.log(0.25) + 0.5 * np.log(0.75))
+    assert np.allclose(d[0], [ce0, ce0 - np.log(2), 0.25, 0.0, np.log(2)]) and d[1, 1] == pytest.approx(0) and d[
+        1, 3] == 1.0  # fmt: skip
+    with np.errstate(divide="ignore"):
+        z = row_divergences(np.log([[1.0, 0.0]]), np.log([[0.0, 1.0]]))
+    assert z[0].tolist() == [1e30, 1e30, 1.0, 0.0, 0.0]
+    texts = []
+    target = types.SimpleNamespace(tokenize=lambda t: texts.append(t) or list(range(1000)))
+    assert heldout_ids(target, 5) == [0, 1, 2, 3, 4, 5] and "def dedent" in texts[0] and "class Template" in texts[0]
+    ids = [0, 1, 0, 1]
+    tgt = types.SimpleNamespace(open=lambda prompt: _Rows.make())
+    drf = types.SimpleNamespace(teacher_forced_rows=lambda ids: None, context=lambda prompt: _Rows.make())
+    cal = calibrate(tgt, drf, ids, K=2)
+    rows = np.stack([_Rows.row(tuple(ids[1:i])) for i in range(1, 4)]).astype(np.float64)
+    assert cal.positions == 3 and cal.stats == dict(zip(STATS, row_divergences(rows, rows).mean(0), strict=True))
+    assert np.allclose(cal.rates, np.sort(np.exp(rows), axis=1)[:, ::-1][:, :2].mean(0))
+    assert cal.to_dict() == {"positions": 3} | cal.stats
+    head = types.SimpleNamespace(teacher_forced_rows=lambda ids: rows[1:] * 0 + np.log(0.25))
+    cal = calibrate(tgt, head, ids, T=2.0, target_rows=rows.astype(np.float32))
+    assert cal.positions == 2 and np.allclose(cal.rates[:4].sum(), 1.0) and cal.stats["tv"] > 0
