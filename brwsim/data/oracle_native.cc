@@ -901,6 +901,25 @@ struct RowBuf {
       : w(size_t(V + 4 * TB)), sel(size_t(2 * K + 4 * TB)), gmax(size_t(V / GROUP + 1)) {}
 };
 
+// the accepted x[i] (ok[i] != 0) of a block of 2 TB, in order, appended at w[filled..): the new count. Writes up to
+// 2 TB entries past it (w is padded), so a caller keeps the first V.
+static inline int64_t accept_into(float* __restrict w, int64_t filled, const float* __restrict x,
+                                  const int32_t* __restrict ok) {
+#ifdef __AVX512F__
+  for (int i = 0; i < 2 * TB; i += 16) {
+    const __mmask16 m = _mm512_test_epi32_mask(_mm512_load_si512(ok + i), _mm512_set1_epi32(-1));
+    _mm512_storeu_ps(w + filled, _mm512_maskz_compress_ps(m, _mm512_load_ps(x + i)));
+    filled += __builtin_popcount(unsigned(m));
+  }
+#else
+  for (int i = 0; i < 2 * TB; i++) {  // branch-free: every x[i] written, the count advanced by the accepted ones
+    w[filled] = x[i];
+    filled += ok[i];
+  }
+#endif
+  return filled;
+}
+
 // log-weights of the dirichlet row: w[0..V)
 static void dirichlet_weights(const Drawn& L, uint32_t k0, uint32_t k1, float* __restrict w) {
   const int64_t V = L.V;
@@ -926,8 +945,7 @@ static void dirichlet_weights(const Drawn& L, uint32_t k0, uint32_t k1, float* _
       ok[i] = int32_t(pos) & int32_t(vlog(u[i]) < 0.5f * zz * zz + d - d * v + d * lv);
       x[i] = ld + lv;
     }
-    for (int i = 0; i < 2 * TB && filled < V; i++)
-      if (ok[i]) w[filled++] = x[i];
+    filled = accept_into(w, filled, x, ok);
     j += TB;
   }
   if (L.power) {
@@ -1040,7 +1058,19 @@ static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __rest
   };
   for (; i < V && (i & 15); i++) take(i, i + 1);
   for (; i + 16 <= V; i += 16) {  // sixteen entries a vector compare; the rare ones above the threshold one by one
-#ifdef __AVX2__
+#ifdef __AVX512F__
+    // those above it packed into the buffer at once, unless the buffer would fill (then one by one, so that it is cut
+    // back at the same entries)
+    const __m512 x = _mm512_loadu_ps(w + i);
+    const __mmask16 gt = _mm512_cmp_ps_mask(x, _mm512_set1_ps(thr), _CMP_GT_OQ);
+    const int64_t cnt = __builtin_popcount(unsigned(gt));
+    if (n + cnt < cap) {
+      _mm512_storeu_ps(buf + n, _mm512_maskz_compress_ps(gt, x));
+      n += cnt;
+      continue;
+    }
+    const bool any = true;
+#elif defined(__AVX2__)
     const __m256 t = _mm256_set1_ps(thr);
     const __m256 gt = _mm256_or_ps(_mm256_cmp_ps(_mm256_loadu_ps(w + i), t, _CMP_GT_OQ),
                                    _mm256_cmp_ps(_mm256_loadu_ps(w + i + 8), t, _CMP_GT_OQ));
