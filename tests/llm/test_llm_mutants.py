@@ -1461,3 +1461,168 @@ def test_a_drafters_held_out_divergences_and_rates():
     head = types.SimpleNamespace(teacher_forced_rows=lambda ids: rows[1:] * 0 + np.log(0.25))
     cal = calibrate(tgt, head, ids, T=2.0, target_rows=rows.astype(np.float32))
     assert cal.positions == 2 and np.allclose(cal.rates[:4].sum(), 1.0) and cal.stats["tv"] > 0
+
+
+# --- saved-logits files, the recorder, temperature, development prompts -------------------------------------------
+
+
+def _rows_source():
+    from brwsim.llm.sources import LogitsSource
+
+    class Src(LogitsSource):
+        name, vocab_size, eos_ids = "rows", 4, frozenset({3, 1})
+
+        def encode(self, text):
+            return [len(text) % 4, 2]
+
+        def open(self, prompt_ids):
+            ctx = _Rows.make()
+            ctx.root = _Rows.row(())
+            return ctx
+
+    return Src()
+
+
+def test_a_recorded_run_reads_back_from_its_file(tmp_path):
+    from brwsim.llm.sources._file import FILE_FORMAT, FileSource, Recorder
+
+    rec = Recorder(_rows_source())
+    assert (rec.name, rec.vocab_size, rec.eos_ids) == ("rows", 4, frozenset({1, 3})) and rec.dtype == np.float16
+    ids = rec.encode("abc")
+    ctx = rec.open(ids)
+    ctx.logprobs([(0,), (0, 1), (0,)])
+    w = ctx.walker(2)
+    w.step([2, 0])
+    w.step([1, 1])
+    assert [e[1] for e in rec.entries] == [(), (0,), (0, 1), (2,), (2, 1)]
+    assert all(e[0] == (3, 2) and e[2].dtype == np.float16 for e in rec.entries)
+    f = str(tmp_path / "r.npz")
+    rec.save(f)
+    z = np.load(f)
+    import json
+
+    assert json.loads(str(z["meta"])) == {"format": FILE_FORMAT, "name": "rows", "vocab_size": 4, "eos_ids": [1, 3],
+                                          "texts": {"abc": [3, 2]}}  # fmt: skip
+    assert z["prompt_tokens"].tolist() == [3, 2] and z["prompt_offsets"].tolist() == [0, 2]
+    assert z["row_prompt"].tolist() == [0] * 5 and z["prefix_tokens"].tolist() == [0, 0, 1, 2, 2, 1]
+    assert z["prefix_offsets"].tolist() == [0, 0, 1, 3, 4, 6] and z["logp"].dtype == np.float32
+    src = FileSource(f)
+    assert (src.name, src.vocab_size, src.eos_ids, src.path) == ("rows", 4, frozenset({1, 3}), f)
+    assert src.encode("abc") == [3, 2]
+    fc = src.open([3, 2])
+    assert fc.root.tolist() == _Rows.row(()).astype(np.float16).astype(np.float32).tolist()
+    got = fc.logprobs([(2, 1), (0,)])
+    assert got.dtype == np.float32 and got.tolist() == np.stack([_Rows.row((2, 1)), _Rows.row((0,))]).astype(
+        np.float16).astype(np.float32).tolist()  # fmt: skip
+    with pytest.raises(BrwsimError) as e:
+        fc.logprobs([(0, 1, 2, 3, 0, 1, 2, 3, 0, 1)])
+    assert str(e.value) == (f"saved-logits file {f!r} has no row for continuation [0, 1, 2, 3, 0, 1, 2, 3] (length 10) "
+                            "of a saved prompt; save it with the same P, walks, depth and seed")  # fmt: skip
+    with pytest.raises(BrwsimError) as e:
+        src.open([3])
+    assert str(e.value) == f"saved-logits file {f!r} has no prompt equal to this 1-token one"
+    with pytest.raises(BrwsimError) as e:
+        src.encode("x" * 50)
+    assert str(e.value) == (f"saved-logits file {f!r} has no prompt {'x' * 40!r}...; use the prompts it was saved "
+                            "with")  # fmt: skip
+
+
+def test_a_saved_logits_file_that_is_not_one_is_refused(tmp_path):
+    from brwsim.llm.sources._file import FILE_FORMAT, FileSource, save_logits
+
+    f = str(tmp_path / "x.npz")
+    with pytest.raises(BrwsimError) as e:
+        FileSource(f)
+    assert str(e.value) == f"saved-logits file {f!r} cannot be read: No such file or directory"
+    not_one = f"saved-logits file {f!r} is not a {FILE_FORMAT} .npz (see docs/llm.md, 'Saved-logits files')"
+    for write in (lambda: open(f, "w").write("junk"), lambda: np.savez(f, meta=np.array('{"format": "v0"}')),
+                  lambda: np.savez(f, meta=np.array(f'{{"format": "{FILE_FORMAT}"}}'))):  # fmt: skip
+        write()
+        with pytest.raises(BrwsimError) as e:
+            FileSource(f)
+        assert str(e.value) == not_one
+    save_logits(
+        f,
+        "n",
+        3,
+        [],
+        [((1,), (), np.zeros(3)), ((1,), (), np.ones(3)), ((2, 2), (5,), np.ones(3)), ((2, 2), (), np.ones(3))],
+    )
+    src = FileSource(f)
+    assert src.open([1]).root.tolist() == [0.0, 0.0, 0.0] and src.open([2, 2]).logprobs([(5,)]).tolist() == [[1.0] * 3]
+    assert src.eos_ids == frozenset() and src.texts == {} and src._logp.dtype == np.float32
+    save_logits(f, "n", 3, [], [])
+    assert FileSource(f)._logp.shape == (0, 3)
+    z = dict(np.load(f))
+    z["logp"] = np.zeros((1, 3), np.float32)
+    np.savez(f, **z)
+    with pytest.raises(BrwsimError) as e:
+        FileSource(f)
+    assert str(e.value) == f"saved-logits file {f!r}: logp must be [rows, vocab_size=3], got (1, 3)"
+    z["logp"], z["row_prompt"] = np.zeros((1, 4), np.float32), np.zeros(1, np.int32)
+    np.savez(f, **z)
+    with pytest.raises(BrwsimError) as e:
+        FileSource(f)
+    assert str(e.value) == f"saved-logits file {f!r}: logp must be [rows, vocab_size=3], got (1, 4)"
+    z["logp"] = np.zeros(3, np.float32)
+    np.savez(f, **z)
+    with pytest.raises(BrwsimError) as e:
+        FileSource(f)
+    assert str(e.value) == f"saved-logits file {f!r}: logp must be [rows, vocab_size=3], got (3,)"
+
+
+def test_a_source_at_a_temperature_tempers_every_row():
+    from brwsim.llm.sources import NodeQuery
+    from brwsim.llm.sources._query import temper
+    from brwsim.llm.sources._temperature import TempSource, check_temperature
+
+    assert check_temperature("0.5") == 0.5 and check_temperature(2) == 2.0
+    for bad, msg in ((None, "--temperature must be a number > 0, got None"),
+                     ("x", "--temperature must be a number > 0, got 'x'"),
+                     (0, "--temperature must be a finite number > 0, got 0 (T -> 0 is greedy decoding; use e.g. 0.05)"),
+                     (float("inf"), "--temperature must be a finite number > 0, got inf (T -> 0 is greedy decoding; "
+                      "use e.g. 0.05)"),
+                     (-1.0, "--temperature must be a finite number > 0, got -1.0 (T -> 0 is greedy decoding; use e.g. "
+                      "0.05)")):  # fmt: skip
+        with pytest.raises(BrwsimError) as e:
+            check_temperature(bad)
+        assert str(e.value) == msg
+    src = TempSource(_rows_source(), "2")
+    assert src.T == 2.0 and src.name == "rows" and src.encode("ab") == [2, 2] and src.decode([1, 2]) == "1 2"
+    ctx = src.open([1])
+    assert ctx.root.tolist() == temper(_Rows.row(())[None], 2.0)[0].tolist() and ctx.root is ctx.root
+    assert ctx.logprobs([(1,)]).tolist() == temper(_Rows.row((1,))[None], 2.0).tolist()
+    a = ctx.query([(0,), (2, 1)], NodeQuery(K=4, moments=True))
+    want = temper(np.stack([_Rows.row((0,)), _Rows.row((2, 1))]), 2.0)
+    assert np.allclose(a.logp, -np.sort(-want, axis=1)) and ctx.transfer() is None and ctx.device_rows([()]) is None
+    twice = ctx.query([(0,)], NodeQuery(K=4, T=0.5))
+    assert np.allclose(twice.logp[0], -np.sort(-temper(want[:1], 0.5)[0]))
+    w = ctx.walker(2)
+    assert w.step([0, 2]).tolist() == temper(np.stack([_Rows.row((0,)), _Rows.row((2,))]), 2.0).tolist()
+    got = w.query([1, 1], NodeQuery(K=1))
+    assert w.prefixes == [(0, 1), (2, 1)] and np.allclose(got.logp[:, 0], temper(np.stack([_Rows.row((0, 1)),
+                                                          _Rows.row((2, 1))]), 2.0).max(1))  # fmt: skip
+    got = w.query([0, 0], NodeQuery(K=1, T=0.5))
+    assert w.prefixes == [(0, 1, 0), (2, 1, 0)] and got.logp.shape == (2, 1)
+    assert w.device_step([1, 1]) is None and w.prefixes == [(0, 1, 0), (2, 1, 0)]
+
+
+def test_development_prompts_and_the_refusal_of_scored_ones():
+    from brwsim.llm.sources._devset import DEV_N, check_unscored, dev_prompts, load_dev_prompts, scored_ids
+    from brwsim.llm.sources._prompts import Prompt, humaneval, load_prompts, spread
+
+    items = humaneval()
+    scored = scored_ids("code")
+    assert scored == frozenset(p.id for n in (1, 2, 3, 4, 8, 16, 32, 64) for p in spread(items, n))
+    dev = dev_prompts("humaneval")
+    assert len(dev) == DEV_N == 8 and not {p.id for p in dev} & scored
+    assert dev == spread([p for p in items if p.id not in scored], 8) and dev_prompts("code", 2) == spread(dev, 2)
+    assert load_dev_prompts(" code , ,humaneval", 1) == [dev[0], dev[0]]
+    with pytest.raises(BrwsimError) as e:
+        load_dev_prompts(" , ")
+    assert str(e.value) == "development prompts need a task: code, prose or chat"
+    check_unscored(dev + [Prompt("mine", "HumanEval/0", "x")])
+    hit = load_prompts("humaneval", 4)
+    with pytest.raises(BrwsimError) as e:
+        check_unscored(dev[:1] + hit)
+    assert str(e.value) == f"4 scored humaneval prompt(s) ({', '.join(sorted(p.id for p in hit)[:3])}) in a tuning set"
