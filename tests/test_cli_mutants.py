@@ -29,7 +29,8 @@ GOLDEN = Path(__file__).with_name("test_cli_mutants_options.txt")
 
 def _options() -> str:
     """Every option of ``brwsim`` and its subcommands, one line each: its names, destination, default, type,
-    choices, whether required, and its help text as written (not wrapped to a terminal's width)."""
+    choices, whether required, metavar, nargs, const, and its help text as written (not wrapped to a terminal's
+    width)."""
     lines = []
     top = build_parser()
     parsers = [("brwsim", top)]
@@ -41,14 +42,15 @@ def _options() -> str:
         defaults = sorted(
             (k, f"{v.__module__}.{v.__qualname__}" if callable(v) else repr(v)) for k, v in p._defaults.items()
         )
-        lines.append(f"{name}: prog {p.prog}, defaults {defaults}")
+        lines.append(f"{name}: prog {p.prog}, description {p.description!r}, defaults {defaults}")
         lines += [f"{name}: group {g.title!r}: {[a.dest for a in g._group_actions]}" for g in p._action_groups]
         for a in p._actions:
             if isinstance(a, argparse._SubParsersAction):
                 continue
             kind = getattr(a.type, "__name__", a.type)
             lines.append(f"{name}: {' '.join(a.option_strings)} -> {a.dest} = {a.default!r} ({type(a).__name__}, "
-                         f"type {kind}, choices {a.choices}, required {a.required}): {a.help}")  # fmt: skip
+                         f"type {kind}, choices {a.choices}, required {a.required}, metavar {a.metavar}, nargs "
+                         f"{a.nargs}, const {a.const!r}): {a.help}")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -660,6 +662,10 @@ def test_emit_checks_expected_values_before_printing_a_table(capsys):
 
 
 def test_a_parser_error_is_one_line_naming_the_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "brwsim: error: the following arguments are required: cmd (see brwsim --help)\n"
     with pytest.raises(SystemExit) as e:
         main(["simulate", "--trees", "2"])
     assert e.value.code == 2
@@ -1620,3 +1626,15 @@ def test_a_real_drafters_cost_derived_from_its_size_off_a_roofline(monkeypatch):
     d, cost = _Drafter(footprint=7), object()
     assert _plan._drafting(args, d, None, cost, [1], None) == "derived"
     assert derived == [(cost, d, 1.5, 99)]
+
+
+def test_a_real_model_runs_timing_line(monkeypatch):
+    from brwsim.llm.results import Timing
+
+    run = dataclasses.replace(_llm_run(), tasks=[], timing=Timing(1.0, 2.0, 0.5, 0.375, 4.0, 102400.0))
+    out = io.StringIO()
+    _llm.print_llm(run, out)
+    assert out.getvalue().splitlines()[-1] == (
+        "model phase 2.0 s, 38% in forward passes; load 1.0 s; total 4.0 s; 100.0 KiB per node from the model's "
+        "device to the host"
+    )
