@@ -963,12 +963,18 @@ def test_a_safetensors_header_is_read_and_checked_against_the_files_size(tmp_pat
         assert (
             str(e.value) == f"drafter x: {f} holds {n} bytes of tensor data but its header describes 30: {word} ({FIX})"
         )
-    for entry in ({"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}, {"dtype": "F99", "shape": [1],
-                  "data_offsets": [0, 4]}, {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]},
-                  {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}, {"dtype": "F32", "shape": [1]},
-                  {"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]}, {"dtype": "F32", "shape": "1",
-                  "data_offsets": [0, 4]}, {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]},
-                  {"dtype": "F32", "shape": [1], "data_offsets": [0.0, 4]}, [1]):  # fmt: skip
+    for entry in (
+        {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]},
+        {"dtype": "F99", "shape": [1], "data_offsets": [0, 4]},
+        {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]},
+        {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]},
+        {"dtype": "F32", "shape": [1]},
+        {"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]},
+        {"dtype": "F32", "shape": "1", "data_offsets": [0, 4]},
+        {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]},
+        {"dtype": "F32", "shape": [1], "data_offsets": [0.0, 4]},
+        [1],
+    ):
         _safetensors(f, {"w": entry}, 24)
         with pytest.raises(BrwsimError) as e:
             safetensors_header(f)
@@ -977,8 +983,14 @@ def test_a_safetensors_header_is_read_and_checked_against_the_files_size(tmp_pat
     with pytest.raises(BrwsimError) as e:
         safetensors_header(f)
     assert str(e.value) == f"model: {f} is empty ({FIX})"
-    for raw in (b"abc", b"\xff" * 8 + b"{}", (2).to_bytes(8, "little") + b"[]", (0).to_bytes(8, "little") + b"{}",
-                (3).to_bytes(8, "little") + b"{}", (2).to_bytes(8, "little") + b"\xff\xfe"):  # fmt: skip
+    for raw in (
+        b"abc",
+        b"\xff" * 8 + b"{}",
+        (2).to_bytes(8, "little") + b"[]",
+        (0).to_bytes(8, "little") + b"{}",
+        (3).to_bytes(8, "little") + b"{}",
+        (2).to_bytes(8, "little") + b"\xff\xfe",
+    ):
         f.write_bytes(raw)
         with pytest.raises(BrwsimError) as e:
             safetensors_header(f)
@@ -1001,8 +1013,9 @@ def test_a_model_directorys_weights_and_config_are_checked(tmp_path):
     d.mkdir()
     with pytest.raises(BrwsimError) as e:
         weight_shapes(d)
-    assert str(e.value) == (f"model: {d} has no weights (model.safetensors, model.safetensors.index.json or "
-                            "pytorch_model.bin)")  # fmt: skip
+    assert str(e.value) == (
+        f"model: {d} has no weights (model.safetensors, model.safetensors.index.json or pytorch_model.bin)"
+    )
     (d / "pytorch_model.bin").write_bytes(b"")
     with pytest.raises(BrwsimError) as e:
         weight_shapes(d, "w")
@@ -1058,8 +1071,9 @@ def test_a_model_directorys_weights_and_config_are_checked(tmp_path):
     check_tokenizer(None, 0)
     with pytest.raises(BrwsimError) as e:
         check_tokenizer([0] * 6, 5, "d")
-    assert str(e.value) == ("d: its tokenizer has 6 tokens but the model's vocabulary is 5: the tokenizer does not "
-                            "belong to these weights")  # fmt: skip
+    assert str(e.value) == (
+        "d: its tokenizer has 6 tokens but the model's vocabulary is 5: the tokenizer does not belong to these weights"
+    )
 
 
 def test_a_model_argument_is_sorted_by_kind(tmp_path):
@@ -1110,8 +1124,12 @@ def test_bench_decodes_and_times_a_tree_pass_on_a_tiny_model(tiny_llama_source):
     from brwsim.llm import bench
 
     out = bench._decode_and_tree(tiny_llama_source, [1, 2, 3], 1)
-    assert sorted(out) == ["decode_batch16_tok_per_s", "path_by_path_16_nodes_seconds",
-                           "tree_pass_16_nodes_seconds", "tree_pass_max_abs_logprob_diff"]  # fmt: skip
+    assert sorted(out) == [
+        "decode_batch16_tok_per_s",
+        "path_by_path_16_nodes_seconds",
+        "tree_pass_16_nodes_seconds",
+        "tree_pass_max_abs_logprob_diff",
+    ]
     assert out["tree_pass_max_abs_logprob_diff"] < 1e-4
     assert all(0 < v < float("inf") for k, v in out.items() if k != "tree_pass_max_abs_logprob_diff")
 
@@ -1229,10 +1247,11 @@ def test_sharegpts_prompts_and_training_text_of_a_small_file(tmp_path):
         sg.Chat("b3", "", "Assistant: An answer that opens the chunk, long enough."),
     ]
     assert sg.training_texts(str(f)) == chats[1:]
-    assert sg.training_chats(str(f), max_chars=30) == [sg.Chat("b0", q.upper(), f"User: {q.upper()}"[:30]),
-                                                       sg.Chat("b1", "What is a monad, in plain words?",
-                                                               "User: What is a monad, in plai"),
-                                                       sg.Chat("b3", "", "Assistant: An answer that open")]  # fmt: skip
+    assert sg.training_chats(str(f), max_chars=30) == [
+        sg.Chat("b0", q.upper(), f"User: {q.upper()}"[:30]),
+        sg.Chat("b1", "What is a monad, in plain words?", "User: What is a monad, in plai"),
+        sg.Chat("b3", "", "Assistant: An answer that open"),
+    ]
     f.write_text('[{"id": "x"}, 3]')
     sg.conversations.cache_clear()
     with pytest.raises(BrwsimError) as e:
@@ -1256,7 +1275,13 @@ def test_sharegpts_small_parts():
     assert sg.parse_complete('[1, {"a": 2} ,\n 3]') == [1, {"a": 2}, 3] and sg.parse_complete("[1, 2, {") == [1, 2]
     assert sg.parse_complete("[1,,2") == [1, 2] and sg.parse_complete("[1 ") == [1]
     assert [sg.conversation_of(c) for c in ("abc_7", "abc", "a_b_12", "_3", "abc_", "abc_x1")] == [
-        "abc", "abc", "a_b", "_3", "abc_", "abc_x1"]  # fmt: skip
+        "abc",
+        "abc",
+        "a_b",
+        "_3",
+        "abc_",
+        "abc_x1",
+    ]
     assert sg.split_of("a_1") == "eval" and sg.split_of("a_2") == "train" and sg.EVAL_BYTES == 32
     assert sg.normalise("  A  b\n\tC ") == "a b c"
     long = "word " * 50
@@ -1267,7 +1292,8 @@ def test_sharegpts_small_parts():
     assert sg._first_user_turn({"conversations": [{"from": "human", "value": 3}]}) is None
     assert sg._chat(_conv("c_0", ("human", "hi")), 100) is None
     assert sg._chat({"id": "c_0", "conversations": [3, {"from": "human", "value": "q" * 30}]}, 100) == sg.Chat(
-        "c", "", "User: " + "q" * 30)  # fmt: skip
+        "c", "", "User: " + "q" * 30
+    )
     with pytest.raises(BrwsimError) as e:
         sg.package_data_file("no_such_module_here", "no-such", "x.json", "src")
     assert str(e.value) == "prompt source src needs the no-such package: pip install -e '.[llm]'"
@@ -1342,8 +1368,10 @@ def test_a_prompts_stream_and_its_results_json():
     tag = int.from_bytes(b"code\0HumanEval/3"[:16], "little")
     want = np.random.default_rng([7, tag & 0xFFFFFFFF, tag >> 32 & 0xFFFFFFFF, tag >> 64]).random(3)
     assert prompt_rng(7, p).random(3).tolist() == want.tolist()
-    assert prompt_rng(7, Prompt("a", "b", "")).random() == np.random.default_rng(
-        [7, int.from_bytes(b"a\0b", "little"), 0, 0]).random()  # fmt: skip
+    assert (
+        prompt_rng(7, Prompt("a", "b", "")).random()
+        == np.random.default_rng([7, int.from_bytes(b"a\0b", "little"), 0, 0]).random()
+    )
     assert prompt_rng(8, p).random() != prompt_rng(7, p).random()
     a = np.array([[1.5, np.nan], [-np.inf, 2.0]])
     assert _enc(a) == {"shape": [2, 2], "data": [1.5, None, None, 2.0]}
@@ -1351,13 +1379,29 @@ def test_a_prompts_stream_and_its_results_json():
     oracle = OracleTree(np.array([0.5, 0.75]), np.array([-0.5, -np.inf]), np.array([1, 2]), [(3,), (3, 4)], 5, 2)
     r = PromptResult(p, 4, None, oracle, 1.5, {"oracle": 0.5}, {"oracle": 0.1})
     d = r.to_dict()
-    assert d == {"prompt": {"task": "code", "id": "HumanEval/3", "text": "def f():"}, "n_tokens": 4, "walks": None,
-                 "oracle": {"values": {"shape": [2], "data": [0.5, 0.75]}, "logP": {"shape": [2], "data": [-0.5, None]},
-                            "depth": [1, 2], "prefixes": [[3], [3, 4]], "evaluated": 5, "passes": 2},
-                 "seconds": 1.5, "phases": {"oracle": 0.5}, "host": {"oracle": 0.1}, "tokens": {}, "floor": {},
-                 "host_bytes": 0, "host_nodes": 0}  # fmt: skip
-    back = PromptResult.from_dict({k: v for k, v in d.items() if k not in ("tokens", "floor", "host_bytes",
-                                                                           "host_nodes")})  # fmt: skip
+    assert d == {
+        "prompt": {"task": "code", "id": "HumanEval/3", "text": "def f():"},
+        "n_tokens": 4,
+        "walks": None,
+        "oracle": {
+            "values": {"shape": [2], "data": [0.5, 0.75]},
+            "logP": {"shape": [2], "data": [-0.5, None]},
+            "depth": [1, 2],
+            "prefixes": [[3], [3, 4]],
+            "evaluated": 5,
+            "passes": 2,
+        },
+        "seconds": 1.5,
+        "phases": {"oracle": 0.5},
+        "host": {"oracle": 0.1},
+        "tokens": {},
+        "floor": {},
+        "host_bytes": 0,
+        "host_nodes": 0,
+    }
+    back = PromptResult.from_dict(
+        {k: v for k, v in d.items() if k not in ("tokens", "floor", "host_bytes", "host_nodes")}
+    )
     assert back.walks is None and back.oracle.prefixes == [(3,), (3, 4)] and back.oracle.logP[1] == -np.inf
     assert (back.tokens, back.floor, back.host_bytes, back.host_nodes) == ({}, {}, 0, 0)
     assert back.oracle.depth.dtype == np.int64 and back.to_dict() == d
@@ -1375,25 +1419,37 @@ def test_a_tasks_summary_without_walks_and_its_pool(tmp_path):
 
     t = summarize_task("code", [result([0.5, 0.75], 3, 1), result([0.25, 1.5], 4, 2)], [2, 1, 2])
     assert t.rows == [OracleRow(1, *mean_ci95([0.5, 0.25])), OracleRow(2, *mean_ci95([0.75, 1.5]))]
-    assert (t.task, t.prompts, t.oracle_evaluated_nodes, t.oracle_passes, t.walks, t.pool) == ("code", 2, 7, 3, {},
-                                                                                                None)  # fmt: skip
+    assert (t.task, t.prompts, t.oracle_evaluated_nodes, t.oracle_passes, t.walks, t.pool) == (
+        "code",
+        2,
+        7,
+        3,
+        {},
+        None,
+    )
     with np.errstate(divide="ignore"):
         lp = [np.log(np.array([[0.5, 0.5, 0.0]])), np.log(np.array([[0.25, 0.25, 0.5], [1.0, 0.0, 0.0]]))]
-    w = [types.SimpleNamespace(pool_logp=lp[0], H=np.array([[0.75, np.nan]]), M2=np.array([[2.0, np.nan]])),
-         types.SimpleNamespace(pool_logp=lp[1], H=np.array([[1.0, 0.5]]), M2=np.array([[1.0, 0.0]]))]  # fmt: skip
+    w = [
+        types.SimpleNamespace(pool_logp=lp[0], H=np.array([[0.75, np.nan]]), M2=np.array([[2.0, np.nan]])),
+        types.SimpleNamespace(pool_logp=lp[1], H=np.array([[1.0, 0.5]]), M2=np.array([[1.0, 0.0]])),
+    ]
     rs = [types.SimpleNamespace(walks=x) for x in w]
     mu, mu2 = save_pool(str(tmp_path / "p.npz"), rs)
     assert (mu, mu2) == (0.75, 1.0)
     z = np.load(tmp_path / "p.npz")
-    assert z["logp"].dtype == np.float32 and z["logp"][0, 2] == np.float32(-1e30) and z["logp"][1, 2] == np.log(
-        np.float32(0.5))  # fmt: skip
+    assert (
+        z["logp"].dtype == np.float32
+        and z["logp"][0, 2] == np.float32(-1e30)
+        and z["logp"][1, 2] == np.log(np.float32(0.5))
+    )
     assert z["entropy"].tolist() == [0.75, 1.0, 0.5] and z["m2"].tolist() == [2.0, 1.0, 0.0]
     law, mu_, mu2_ = pool_law("code", rs)
     assert (mu_, mu2_) == (0.75, 1.0) and law.path == "code (in memory)" and law.truncated is False
     assert np.allclose(np.exp(np.asarray(law.logp)), [[0.5, 0.5, 0], [0.5, 0.25, 0.25], [1, 0, 0]])
     assert np.asarray(law.entropy).tolist() == [0.75, 1.0, 0.5] and np.asarray(law.m2).tolist() == [2.0, 1.0, 0.0]
     assert prompt_moments(rs) == dict(zip(("mu", "mu_ci95"), mean_ci95([0.75, 0.75]), strict=True)) | dict(
-        zip(("mu2", "mu2_ci95"), mean_ci95([2.0, 0.5]), strict=True))  # fmt: skip
+        zip(("mu2", "mu2_ci95"), mean_ci95([2.0, 0.5]), strict=True)
+    )
 
 
 def test_a_trees_value_is_the_sum_of_its_path_probabilities():
@@ -1414,8 +1470,15 @@ def test_a_trees_value_is_the_sum_of_its_path_probabilities():
     assert ctx.asked == [[(), (0,), (0, 1)]]
     warm_target(ctx, [[]])
     assert len(ctx.asked) == 1
-    assert PromptCheck("topq", 2, 10, 1.0, 0.1, 0.9, 0.2).to_dict() == {"builder": "topq", "P": 2, "samples": 10,
-        "mean": 1.0, "se": 0.1, "value": 0.9, "sample_se": 0.2}  # fmt: skip
+    assert PromptCheck("topq", 2, 10, 1.0, 0.1, 0.9, 0.2).to_dict() == {
+        "builder": "topq",
+        "P": 2,
+        "samples": 10,
+        "mean": 1.0,
+        "se": 0.1,
+        "value": 0.9,
+        "sample_se": 0.2,
+    }
 
 
 def test_the_direct_check_accepts_while_the_targets_path_is_in_the_tree(monkeypatch):
@@ -1442,8 +1505,11 @@ def test_a_drafters_held_out_divergences_and_rates():
     lq = np.log(np.array([[0.25, 0.75], [0.75, 0.25]]))
     d = row_divergences(lp, lq)
     ce0 = -(0.5 * np.log(0.25) + 0.5 * np.log(0.75))
-    assert np.allclose(d[0], [ce0, ce0 - np.log(2), 0.25, 0.0, np.log(2)]) and d[1, 1] == pytest.approx(0) and d[
-        1, 3] == 1.0  # fmt: skip
+    assert (
+        np.allclose(d[0], [ce0, ce0 - np.log(2), 0.25, 0.0, np.log(2)])
+        and d[1, 1] == pytest.approx(0)
+        and d[1, 3] == 1.0
+    )
     with np.errstate(divide="ignore"):
         z = row_divergences(np.log([[1.0, 0.0]]), np.log([[0.0, 1.0]]))
     assert z[0].tolist() == [1e30, 1e30, 1.0, 0.0, 0.0]
@@ -1501,8 +1567,13 @@ def test_a_recorded_run_reads_back_from_its_file(tmp_path):
     z = np.load(f)
     import json
 
-    assert json.loads(str(z["meta"])) == {"format": FILE_FORMAT, "name": "rows", "vocab_size": 4, "eos_ids": [1, 3],
-                                          "texts": {"abc": [3, 2]}}  # fmt: skip
+    assert json.loads(str(z["meta"])) == {
+        "format": FILE_FORMAT,
+        "name": "rows",
+        "vocab_size": 4,
+        "eos_ids": [1, 3],
+        "texts": {"abc": [3, 2]},
+    }
     assert z["prompt_tokens"].tolist() == [3, 2] and z["prompt_offsets"].tolist() == [0, 2]
     assert z["row_prompt"].tolist() == [0] * 5 and z["prefix_tokens"].tolist() == [0, 0, 1, 2, 2, 1]
     assert z["prefix_offsets"].tolist() == [0, 0, 1, 3, 4, 6] and z["logp"].dtype == np.float32
@@ -1512,19 +1583,23 @@ def test_a_recorded_run_reads_back_from_its_file(tmp_path):
     fc = src.open([3, 2])
     assert fc.root.tolist() == _Rows.row(()).astype(np.float16).astype(np.float32).tolist()
     got = fc.logprobs([(2, 1), (0,)])
-    assert got.dtype == np.float32 and got.tolist() == np.stack([_Rows.row((2, 1)), _Rows.row((0,))]).astype(
-        np.float16).astype(np.float32).tolist()  # fmt: skip
+    assert (
+        got.dtype == np.float32
+        and got.tolist()
+        == np.stack([_Rows.row((2, 1)), _Rows.row((0,))]).astype(np.float16).astype(np.float32).tolist()
+    )
     with pytest.raises(BrwsimError) as e:
         fc.logprobs([(0, 1, 2, 3, 0, 1, 2, 3, 0, 1)])
-    assert str(e.value) == (f"saved-logits file {f!r} has no row for continuation [0, 1, 2, 3, 0, 1, 2, 3] (length 10) "
-                            "of a saved prompt; save it with the same P, walks, depth and seed")  # fmt: skip
+    assert str(e.value) == (
+        f"saved-logits file {f!r} has no row for continuation [0, 1, 2, 3, 0, 1, 2, 3] (length 10) "
+        "of a saved prompt; save it with the same P, walks, depth and seed"
+    )
     with pytest.raises(BrwsimError) as e:
         src.open([3])
     assert str(e.value) == f"saved-logits file {f!r} has no prompt equal to this 1-token one"
     with pytest.raises(BrwsimError) as e:
         src.encode("x" * 50)
-    assert str(e.value) == (f"saved-logits file {f!r} has no prompt {'x' * 40!r}...; use the prompts it was saved "
-                            "with")  # fmt: skip
+    assert str(e.value) == (f"saved-logits file {f!r} has no prompt {'x' * 40!r}...; use the prompts it was saved with")
 
 
 def test_a_saved_logits_file_that_is_not_one_is_refused(tmp_path):
@@ -1535,8 +1610,11 @@ def test_a_saved_logits_file_that_is_not_one_is_refused(tmp_path):
         FileSource(f)
     assert str(e.value) == f"saved-logits file {f!r} cannot be read: No such file or directory"
     not_one = f"saved-logits file {f!r} is not a {FILE_FORMAT} .npz (see docs/llm.md, 'Saved-logits files')"
-    for write in (lambda: open(f, "w").write("junk"), lambda: np.savez(f, meta=np.array('{"format": "v0"}')),
-                  lambda: np.savez(f, meta=np.array(f'{{"format": "{FILE_FORMAT}"}}'))):  # fmt: skip
+    for write in (
+        lambda: open(f, "w").write("junk"),
+        lambda: np.savez(f, meta=np.array('{"format": "v0"}')),
+        lambda: np.savez(f, meta=np.array(f'{{"format": "{FILE_FORMAT}"}}')),
+    ):
         write()
         with pytest.raises(BrwsimError) as e:
             FileSource(f)
@@ -1577,13 +1655,13 @@ def test_a_source_at_a_temperature_tempers_every_row():
     from brwsim.llm.sources._temperature import TempSource, check_temperature
 
     assert check_temperature("0.5") == 0.5 and check_temperature(2) == 2.0
-    for bad, msg in ((None, "--temperature must be a number > 0, got None"),
-                     ("x", "--temperature must be a number > 0, got 'x'"),
-                     (0, "--temperature must be a finite number > 0, got 0 (T -> 0 is greedy decoding; use e.g. 0.05)"),
-                     (float("inf"), "--temperature must be a finite number > 0, got inf (T -> 0 is greedy decoding; "
-                      "use e.g. 0.05)"),
-                     (-1.0, "--temperature must be a finite number > 0, got -1.0 (T -> 0 is greedy decoding; use e.g. "
-                      "0.05)")):  # fmt: skip
+    for bad, msg in (
+        (None, "--temperature must be a number > 0, got None"),
+        ("x", "--temperature must be a number > 0, got 'x'"),
+        (0, "--temperature must be a finite number > 0, got 0 (T -> 0 is greedy decoding; use e.g. 0.05)"),
+        (float("inf"), "--temperature must be a finite number > 0, got inf (T -> 0 is greedy decoding; use e.g. 0.05)"),
+        (-1.0, "--temperature must be a finite number > 0, got -1.0 (T -> 0 is greedy decoding; use e.g. 0.05)"),
+    ):
         with pytest.raises(BrwsimError) as e:
             check_temperature(bad)
         assert str(e.value) == msg
@@ -1600,8 +1678,9 @@ def test_a_source_at_a_temperature_tempers_every_row():
     w = ctx.walker(2)
     assert w.step([0, 2]).tolist() == temper(np.stack([_Rows.row((0,)), _Rows.row((2,))]), 2.0).tolist()
     got = w.query([1, 1], NodeQuery(K=1))
-    assert w.prefixes == [(0, 1), (2, 1)] and np.allclose(got.logp[:, 0], temper(np.stack([_Rows.row((0, 1)),
-                                                          _Rows.row((2, 1))]), 2.0).max(1))  # fmt: skip
+    assert w.prefixes == [(0, 1), (2, 1)] and np.allclose(
+        got.logp[:, 0], temper(np.stack([_Rows.row((0, 1)), _Rows.row((2, 1))]), 2.0).max(1)
+    )
     got = w.query([0, 0], NodeQuery(K=1, T=0.5))
     assert w.prefixes == [(0, 1, 0), (2, 1, 0)] and got.logp.shape == (2, 1)
     assert w.device_step([1, 1]) is None and w.prefixes == [(0, 1, 0), (2, 1, 0)]
@@ -1626,3 +1705,288 @@ def test_development_prompts_and_the_refusal_of_scored_ones():
     with pytest.raises(BrwsimError) as e:
         check_unscored(dev[:1] + hit)
     assert str(e.value) == f"4 scored humaneval prompt(s) ({', '.join(sorted(p.id for p in hit)[:3])}) in a tuning set"
+
+
+# --- drafter SPECs, prompt lookup, device checks -------------------------------------------------------------------
+
+
+def test_drafter_specs_are_refused_in_one_line_each():
+    from brwsim.llm.drafters import parse_drafter
+
+    bad = {
+        "layerskip": "give skip=A-B or auto (e.g. layerskip:skip=10-19, layerskip:auto,n=8)",
+        "layerskip:skip=1-2,auto": "give skip=A-B or auto (e.g. layerskip:skip=10-19, layerskip:auto,n=8)",
+        "layerskip:n=3,skip=1-2": "n= goes with auto (layerskip:auto,n=8)",
+        "layerskip:auto,n=0": "n must be >= 1, got 0",
+        "layerskip:skip=a-b": "skip must be layer ranges A-B (1-based), e.g. skip=10-19; got 'a-b'",
+        "layerskip:skip=1-": "skip must be layer ranges A-B (1-based), e.g. skip=10-19; got '1-'",
+        "layerskip:skip=3-1": "skip range '3-1' is empty; write A-B with 1 <= A <= B",
+        "layerskip:skip=0-1": "skip range '0-1' is empty; write A-B with 1 <= A <= B",
+        "layerskip:skip=/": "skip needs layers, e.g. skip=10-19",
+        "lookup:n=0": "n must be >= 1, got 0",
+        "lookup:n=17": "n must be <= 16, got 17",
+        "early-exit:k=0": "k must be >= 1, got 0",
+    }
+    for spec, msg in bad.items():
+        with pytest.raises(BrwsimError) as e:
+            parse_drafter(spec)
+        assert str(e.value) == f"drafter {spec!r}: {msg}", spec
+    s = parse_drafter(" layerskip:auto,n=4 ")
+    assert (s.family, s.params, s.text, s.what) == (
+        "layerskip",
+        {"auto": "1", "n": "4"},
+        "layerskip:auto,n=4",
+        "drafter",
+    )
+    assert parse_drafter("model:/x/y").params == {"path": "/x/y"} and parse_drafter("lookup").params == {}
+    assert parse_drafter("eagle-head:quick,chat").params == {"quick": "1", "chat": "1"}
+
+
+def test_layer_ranges_of_a_layerskip_spec():
+    from brwsim._spec import Spec
+    from brwsim.llm.drafters.layerskip import _ranges
+
+    s = Spec("layerskip", {}, "layerskip:skip=x", "drafter")
+    assert _ranges(s, "8-10/ 3 /9-9/") == [3, 8, 9, 10] and _ranges(s, " 2 - 3 ") == [2, 3] and _ranges(s, "1") == [1]
+
+
+def test_prompt_lookup_proposes_the_continuations_of_earlier_occurrences():
+    from brwsim.llm.drafters._base import NO_PASS
+    from brwsim.llm.drafters.lookup import LookupProposer
+
+    lk = LookupProposer(2)
+    assert (lk.n, lk.name, lk.info, lk.footprint()) == (2, "lookup:n=2", {"n": 2}, NO_PASS)
+    ids = [5, 6, 7, 1, 6, 7, 2, 9, 7]
+    # last 2 tokens (9, 7): none earlier; last 1 token (7): after index 5 -> (2, 9, 7), after index 2 -> (1, 6, 7)
+    assert lk.continuations(ids, 3) == [(2, 9, 7), (1, 6, 7)]
+    ids = [7, 2, 6, 7, 3, 6, 7]
+    assert lk.continuations(ids, 2) == [(3, 6), (3, 6), (2, 6)]
+    assert lk.tree(ids, 5) == [(3,), (3, 6), (3, 6, 7), (2,), (2, 6)] and lk.tree(ids, 2) == [(3,), (3, 6)]
+    assert len(lk.tree(ids, 20)) == 9 and lk.tree(ids, 20)[-1] == (2, 6, 7, 3, 6, 7)
+    assert lk.chain(ids, 2) == [(3,), (3, 6)] and lk.chain([1, 2, 3], 4) == [] and lk.tree([4], 3) == []
+    assert LookupProposer(1).continuations(ids, 1) == [(3,), (2,)]
+    assert lk.continuations([np.int64(4), 4], 5) == [(4,)] and lk.continuations([4, 2, 4], 1) == [(2,)]
+    assert LookupProposer().n == 3
+
+
+def test_device_thread_and_prompt_length_checks(monkeypatch):
+    import os
+
+    from brwsim.llm.sources import _device
+
+    assert _device.check_threads(None) is None and _device.check_threads(1) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert _device.check_threads(4) == 4
+    for bad, msg in (
+        (0, "--threads must be an integer >= 1, got 0"),
+        (True, "--threads must be an integer >= 1, got True"),
+        (2.0, "--threads must be an integer >= 1, got 2.0"),
+        ("2", "--threads must be an integer >= 1, got '2'"),
+        (5, "--threads 5 is more than the 4 CPU cores here: use 1 to 4"),
+    ):
+        with pytest.raises(BrwsimError) as e:
+            _device.check_threads(bad)
+        assert str(e.value) == msg
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert _device.check_threads(1) == 1
+    with pytest.raises(BrwsimError) as e:
+        _device.check_threads(2)
+    assert str(e.value) == "--threads 2 is more than the 1 CPU cores here: use 1 to 1"
+    assert _device.check_max_prompt_tokens(1) == 1
+    for bad in (0, False, 1.0, None):
+        with pytest.raises(BrwsimError) as e:
+            _device.check_max_prompt_tokens(bad)
+        assert (
+            str(e.value) == f"--max-prompt-tokens must be an integer >= 1 (the last N prompt tokens kept), got {bad!r}"
+        )
+    assert _device.returned_cache({"cache": 1, "past_key_values": 2}) == 1
+    assert _device.returned_cache({"cache": None, "past_key_values": 2}) == 2
+    assert _device.returned_cache(types.SimpleNamespace(cache=None, past_key_values=3)) == 3
+    assert _device.returned_cache(types.SimpleNamespace(cache=4)) == 4 and _device.returned_cache(object()) is None
+
+    def f(x, cache=None): ...
+
+    def g(x, past_key_values=None): ...
+
+    assert _device._keyword_of(f) == "cache" and _device._keyword_of(g) == "past_key_values"
+    assert _device._keyword_of(3) == "past_key_values" and _device.with_cache(f, 7) == {"cache": 7}
+    _device.synchronize("cpu")
+
+
+@needs_llm
+def test_torch_devices_are_checked(monkeypatch):
+    import torch
+
+    from brwsim.llm.sources import _device
+
+    assert _device.torch_device("cpu") == "cpu"
+    with pytest.raises(BrwsimError) as e:
+        _device.torch_device("gpu")
+    assert str(e.value) == "--device 'gpu' is not a torch device; use auto, cpu, cuda, cuda:N or mps"
+    with pytest.raises(BrwsimError) as e:
+        _device.torch_device("meta")
+    assert str(e.value) == "--device 'meta': only cpu, cuda[:N] and mps are supported"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _device.torch_device("auto") == "cpu" and _device.torch_device() == "cpu"
+    with pytest.raises(BrwsimError) as e:
+        _device.torch_device("cuda")
+    assert str(e.value) == "--device 'cuda': torch sees 0 CUDA device(s) here; use auto or cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(_device.processes, "index", lambda: 3)
+    assert _device.torch_device("auto") == "cuda:1" and _device.torch_device("cuda:1") == "cuda:1"
+    with pytest.raises(BrwsimError) as e:
+        _device.torch_device("cuda:2")
+    assert str(e.value) == "--device 'cuda:2': torch sees 2 CUDA device(s) here; use auto or cpu"
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(BrwsimError) as e:
+        _device.torch_device("mps")
+    assert str(e.value) == "--device 'mps': torch has no MPS device here; use auto or cpu"
+    m = _device.additive_mask(torch.tensor([[True, False]]), torch.float32)
+    assert m.dtype == torch.float32 and m.tolist() == [[0.0, torch.finfo(torch.float32).min]]
+
+
+# --- tree builders on a drafter's view, and verification with scripted uniforms ------------------------------------
+
+
+def _view(known=None):
+    """A DraftView (K = 4) over rows that depend on the depth only: greedy path 0, 1, 2, 3, 0, ..."""
+    from brwsim.llm.drafters._view import DraftView
+    from brwsim.llm.sources import Context
+
+    P = (np.array([0.5, 0.25, 0.15, 0.1]), np.array([0.4, 0.3, 0.2, 0.1]))
+
+    class Draft(Context):
+        asked: list = []
+        forgot: list = []
+
+        def logprobs(self, prefixes):
+            self.asked.append([tuple(p) for p in prefixes])
+            return np.stack([np.log(np.roll(P[len(p) % 2], len(p))) for p in prefixes]).astype(np.float32)
+
+        def forget(self, prefixes):
+            self.forgot.append(list(prefixes))
+
+        def known(self, prefix):
+            return None if known is None else prefix in known
+
+    return DraftView(Draft(), K=4)
+
+
+def test_the_greedy_chain_and_its_guesses():
+    from brwsim.llm.drafters._builders import ChainGuess, chain_nodes
+
+    v = _view()
+    assert chain_nodes(v, 5) == [(0,), (0, 1), (0, 1, 2), (0, 1, 2, 3), (0, 1, 2, 3, 0)]
+    assert chain_nodes(_view(), 5, eos={2}) == [(0,), (0, 1), (0, 1, 2)] and chain_nodes(_view(), 0) == []
+    v = _view(known=set())
+    guesses = []
+
+    def guess(tip, k):
+        guesses.append((tip, k))
+        return [0, 1, 2, 3][len(tip) : len(tip) + k]
+
+    assert chain_nodes(v, 3, guess=guess, ahead=2) == [(0,), (0, 1), (0, 1, 2)]
+    assert guesses == [((), 2), ((0,), 1), ((0, 1), 0)]
+    assert v.dctx.asked[:2] == [[(), (0,), (0, 1)], [()]]
+    g = ChainGuess([5, 6, 7, 5, 6], n=2)
+    assert g((), 2) == [7, 5] and g((9,), 3) == []
+    g.add([(1,), (1, 2), (4,)])
+    assert g((), 3) == [1, 2] and g((1,), 1) == [2] and g((), 1) == [1] and g((4,), 2) == []
+    g.add([(1,)])
+    assert g.next == {(): 1, (1,): 2} and g.ids == [5, 6, 7, 5, 6] and g.lookup.n == 2
+
+
+def test_eagles_beam_and_sequoias_rank_paths():
+    from brwsim.llm.drafters._builders import eagle_nodes, realize_rank_paths, sequoia_nodes, topq_nodes
+
+    # root: 0 (0.5), 1 (0.25); below either at depth 1: 1 (0.4), 2 (0.3)
+    assert eagle_nodes(_view(), 9, top_k=2, depth=1) == [(0,), (1,), (0, 1), (0, 2), (1, 1), (1, 2)]
+    assert eagle_nodes(_view(), 4, top_k=2, depth=1) == [(0,), (1,), (0, 1), (0, 2)]
+    assert eagle_nodes(_view(), 9, top_k=2, depth=1, eos={0}) == [(0,), (1,), (1, 1), (1, 2)]
+    assert eagle_nodes(_view(), 9, top_k=2, depth=0) == [(0,), (1,)]
+    assert eagle_nodes(_view(), 9, top_k=1, depth=3, eos={1}) == [(0,), (0, 1)]
+    assert eagle_nodes(_view(), 3, top_k=2, depth=2)[:3] == [(0,), (1,), (0, 1)]
+    assert realize_rank_paths(_view(), [(0,), (1,), (0, 0), (0, 5), (1, 1), (2, 0, 0)]) == [(0,), (1,), (0, 1), (1, 2)]
+    assert realize_rank_paths(_view(), [(0,), (1,), (0, 0), (1, 1)], eos={0}) == [(0,), (1,), (1, 2)]
+    assert sequoia_nodes(_view(), [0.5, 0.3, 0.2], 3) == [(0,), (1,), (0, 1)]
+    assert sequoia_nodes(_view(), [0.9, 0.05, 0.05, 0.0], 4) == [(0,), (0, 1), (0, 1, 2), (0, 1, 2, 3)]
+    nodes, logq = topq_nodes(_view(), 3)
+    assert nodes == [(0,), (1,), (0, 1)] and np.allclose(logq, np.log([0.5, 0.25, 0.2]))
+
+
+def test_a_drafters_view_answers_from_its_top_lists():
+    from brwsim.llm.sources import NodeQuery
+
+    v = _view(known={()})
+    assert v.known(()) is True and v.known((0,)) is False and _view().known(()) is None
+    tops = v.tops([(), (0,), ()])
+    assert [t[0].tolist() for t in tops] == [[0, 1, 2, 3], [1, 2, 3, 0], [0, 1, 2, 3]]
+    assert tops[0][1].dtype == np.float64 and v.dctx.asked == [[(), (0,)]] and v.dctx.forgot == [[(), (0,)]]
+    assert v.known((0,)) is True
+    a = v.query([(0,)], NodeQuery(K=4))
+    assert a.ids.tolist() == [[1, 2, 3, 0]] and a.logp.dtype == np.float32 and len(v.dctx.asked) == 1
+    empty = v.query([], NodeQuery(K=4))
+    assert empty.ids.shape == (0, 4) and empty.logp.shape == (0, 4) and empty.logp.dtype == np.float32
+    b = v.query([(0,)], NodeQuery(K=2, moments=True))
+    assert b.ids.tolist() == [[1, 2]] and b.H is not None and len(v.dctx.asked) == 2
+    assert np.allclose(v.root, np.log([0.5, 0.25, 0.15, 0.1])) and v.device_rows([()]) is None
+    hot = _view()
+    hot.T = 2.0
+    c = hot.query([()], NodeQuery(K=1, T=0.5))
+    assert c.ids.tolist() == [[0]] and np.isclose(np.exp(c.logp[0, 0]), 0.5)
+
+
+class _Uniforms:
+    """A generator whose ``random()`` returns the given values in turn."""
+
+    def __init__(self, *u):
+        self.u = list(u)
+
+    def random(self):
+        return self.u.pop(0)
+
+
+def test_verification_steps_with_scripted_uniforms():
+    from brwsim.llm.specdec._verify import (
+        HostDistribution,
+        HostRows,
+        _inverse_cdf,
+        children_of,
+        draw,
+        probabilities,
+        rejection_step,
+        verify_tree,
+    )
+
+    assert children_of([(1,), (1, 2), (3,), (1, 4)]) == {(): [1, 3], (1,): [2, 4]}
+    assert np.allclose(probabilities(np.log([0.5, 0.25, 0.25]), 1.0), [0.5, 0.25, 0.25])
+    s = np.sqrt([0.5, 0.25, 0.25])
+    assert np.allclose(probabilities(np.log([0.5, 0.25, 0.25]), 2.0), s / s.sum())
+    assert np.allclose(probabilities(np.array([1000.0, 1000.0]), 1.0), [0.5, 0.5])
+    r = np.array([2.0, 1.0, 1.0])
+    assert [_inverse_cdf(r, u) for u in (0.0, 0.49, 0.5, 0.74, 0.75, 1.0)] == [0, 0, 1, 1, 2, 2]
+    assert draw(r, _Uniforms(0.6)) == 1
+    d = HostDistribution([0.5, 0.25, 0.25])
+    assert d.total == 1.0 and d.at([2, 0]).tolist() == [0.25, 0.5] and d.draw_without([0], 0.5) == 2
+    assert d.draw_without([], 0.5) == 1 and d.p.tolist() == [0.5, 0.25, 0.25]
+    p = np.array([0.5, 0.25, 0.25])
+    assert rejection_step(p, [1, 2], _Uniforms(0.99, 0.2)) == (True, 2)  # 0.99 * 1 >= 0.25; 0.2 * 0.75 < 0.25
+    assert rejection_step(p, [1, 1, 2], _Uniforms(0.99, 0.99, 0.5)) == (False, 0)  # residual [0.5, 0, 0]
+    assert rejection_step(p, [0], _Uniforms(0.49)) == (True, 0) and rejection_step(p, [0], _Uniforms(0.5, 0.0)) == (
+        False,
+        1,
+    )
+    assert rejection_step(p, [], _Uniforms(0.8)) == (False, 2)
+    assert rejection_step(np.array([0.0, 1.0]), [1, 0], _Uniforms(0.99, 0.3)) == (True, 1)
+    assert rejection_step(np.zeros(3), [1], _Uniforms(0.3)) == (False, 2)  # no mass: no candidate tried
+    with np.errstate(divide="ignore"):
+        rows = {(): np.log([0.1, 0.6, 0.3]), (1,): np.log([0.2, 0.2, 0.6]), (1, 2): np.log([0.7, 0.2, 0.1])}
+    nodes = [(1,), (2,), (1, 2), (1, 0)]
+    assert verify_tree(rows, nodes, 0.0) == ((1, 2), 0) and verify_tree(rows, [(2,)], 0) == ((), 1)
+    assert verify_tree(HostRows(rows), [], 0) == ((), 1)
+    assert verify_tree(rows, nodes, 1.0, _Uniforms(0.5, 0.5, 0.8)) == ((1, 2), 1)
+    assert verify_tree(rows, nodes, 1.0, _Uniforms(0.99, 0.99, 0.5)) == ((), 0)
+    assert HostRows(rows).argmax((1,)) == 2 and HostRows(rows).distribution((), 1.0).at([1]).tolist() == [
+        pytest.approx(0.6)
+    ]
