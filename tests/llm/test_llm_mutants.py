@@ -1990,3 +1990,126 @@ def test_verification_steps_with_scripted_uniforms():
     assert HostRows(rows).argmax((1,)) == 2 and HostRows(rows).distribution((), 1.0).at([1]).tolist() == [
         pytest.approx(0.6)
     ]
+
+
+# --- rounds: requests gathered per engine, time and tokens attributed per phase -----------------------------------
+
+
+class _Engine:
+    """Answers request r with 10 r; a request costs r tokens; every call recorded."""
+
+    def __init__(self, floor=None):
+        self.calls, self.last_floor = [], floor
+
+    def run(self, requests):
+        self.calls.append(sorted(requests))
+        return [10 * r for r in requests]
+
+    def tokens(self, r):
+        return r
+
+
+def test_a_request_outside_rounds_is_answered_at_once_and_accounted():
+    from brwsim.llm.sources import rounds
+
+    rounds.attributed(reset=True)
+    e = _Engine(floor=2.0)
+    with rounds.phase("walks"):
+        assert rounds.ask(e, 3) == 30
+        with rounds.phase("oracle"):
+            assert rounds.ask(e, 0) == 0
+    a = rounds.attributed(reset=True)
+    assert e.calls == [[3], [0]]
+    assert a.tokens == {"walks": 3.0, "oracle": 1.0} and a.floor == {"walks": 2.0, "oracle": 2.0}
+    assert set(a.model) == {"walks", "oracle"} and a.total("tokens") == 4.0 and a.total("floor") == 4.0
+    assert set(a.host) >= {"walks", "oracle"} and rounds.attributed().tokens == {}
+    out = rounds.run_timed(e, [1, 3], [{"phase": "a"} | {k: {} for k in rounds.KINDS}, {"phase": "b"} | {
+        k: {} for k in rounds.KINDS}])  # fmt: skip
+    assert out == [10, 30]
+    st = [{"phase": "a"} | {k: {} for k in rounds.KINDS}, {"phase": "b"} | {k: {} for k in rounds.KINDS}]
+    rounds.run_timed(_Engine(floor=8.0), [1, 3], st)
+    assert st[0]["floor"] == {"a": 2.0} and st[1]["floor"] == {"b": 6.0} and st[1]["tokens"] == {"b": 3}
+    assert st[0]["model"]["a"] * 3 == pytest.approx(st[1]["model"]["b"])
+    st = [{"phase": "a"} | {k: {} for k in rounds.KINDS}]
+    rounds.run_timed(_Engine(), [2], st)
+    assert st[0]["floor"] == {} and st[0]["tokens"] == {"a": 2}
+
+
+def test_concurrent_measurements_share_rounds_per_engine():
+    from brwsim.llm.sources import rounds
+
+    a, b = _Engine(), _Engine()
+
+    def job(k):
+        def run():
+            x = rounds.ask(a, k)
+            y = rounds.ask(b, k + 1) if k < 2 else 0
+            return x + rounds.ask(a, 100 + k) + y
+
+        return run
+
+    done = []
+    out = rounds.run_concurrently([job(k) for k in range(3)], 3, lambda i, r: done.append((i, r)))
+    assert out == [0 + 1000 + 10, 10 + 1010 + 20, 20 + 1020]
+    assert sorted(done) == [(0, 1010), (1, 1040), (2, 1040)]
+    assert a.calls[0] == [0, 1, 2] and b.calls == [[1, 2]] and sorted(sum(a.calls, [])) == [0, 1, 2, 100, 101, 102]
+    one = _Engine()
+    assert rounds.run_concurrently([lambda: rounds.ask(one, 1), lambda: rounds.ask(one, 2)], 1) == [10, 20]
+    assert one.calls == [[1], [2]] and rounds.run_concurrently([], 4) == []
+    for bad in (0, True, 2.0, None):
+        with pytest.raises(BrwsimError) as e:
+            rounds.run_concurrently([], bad)
+        assert str(e.value) == f"the number of prompts measured at once must be an integer >= 1, got {bad!r}"
+
+
+def test_a_failed_measurement_stops_the_others_and_a_stop_check_stops_all():
+    from brwsim.llm.sources import rounds
+
+    e = _Engine()
+
+    def bad():
+        rounds.ask(e, 1)
+        raise ValueError("boom")
+
+    def good():
+        for _ in range(50):
+            rounds.ask(e, 2)
+        return "finished"
+
+    with pytest.raises(ValueError) as err:
+        rounds.run_concurrently([good, bad, good], 3)
+    assert str(err.value) == "boom"
+    assert rounds._STOP == [None]
+    asked = []
+    with rounds.stopping(lambda: bool(asked.append(1)) or len(asked) > 2):
+        with pytest.raises(rounds.Stopped):
+            rounds.run_concurrently([lambda: rounds.ask(e, 1)] * 4, 1)
+    assert rounds._STOP == [None] and len(asked) == 3
+    with rounds.stopping(lambda: True):
+        with pytest.raises(rounds.Stopped):
+            rounds.ask(e, 1)
+    assert issubclass(rounds.Stopped, KeyboardInterrupt) and issubclass(rounds.Aborted, BrwsimError)
+
+
+def test_forked_jobs_take_part_in_the_rounds():
+    from brwsim.llm.sources import rounds
+
+    e = _Engine()
+    assert rounds.fork([lambda: 1, lambda: 2]) == [1, 2]
+
+    def job():
+        with rounds.phase("drafters"):
+            return rounds.fork([lambda k=k: rounds.ask(e, k) for k in (1, 2, 3)])
+
+    rounds.attributed(reset=True)
+    assert rounds.run_concurrently([job, job], 2) == [[10, 20, 30], [10, 20, 30]]
+    assert e.calls == [[1, 1, 2, 2, 3, 3]]
+
+    def failing():
+        def boom():
+            raise KeyError("x")
+
+        return rounds.fork([lambda: rounds.ask(e, 5), boom])
+
+    with pytest.raises(KeyError):
+        rounds.run_concurrently([failing, failing], 2)
