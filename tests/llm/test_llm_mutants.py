@@ -2113,3 +2113,95 @@ def test_forked_jobs_take_part_in_the_rounds():
 
     with pytest.raises(KeyError):
         rounds.run_concurrently([failing, failing], 2)
+
+
+# --- model surgery's footprints, the head's config, a generation's record -----------------------------------------
+
+
+@needs_llm
+def test_a_drafters_footprint_counts_the_layers_it_keeps():
+    from tiny_llm import tiny_gemma3, tiny_llama
+
+    from brwsim.llm.drafters._base import PassFootprint
+    from brwsim.llm.drafters._hf import layer_subset, lookup_ids, model_footprint, n_layers, range_text, read_params
+
+    m = tiny_llama(11, n_layers=2)  # per layer: 2304 matrix and 32 norm parameters; LM head 176, final norm 16
+    assert model_footprint(m, what="all") == PassFootprint(((4864.0, None),), 32, 2, 16, "all")
+    assert model_footprint(m, [1], bits=4) == PassFootprint(((2480.0, 4), (48.0, None)), 16, 1, 16, "")
+    assert read_params(m) == 4864.0 and len(lookup_ids(m)) == 1 and n_layers(m) == 2
+    for f in (n_layers, model_footprint):
+        with pytest.raises(BrwsimError) as e:
+            f(types.SimpleNamespace(config=None))
+        assert "model.layers; SimpleNamespace has not" in str(e.value)
+    sub = layer_subset(m, [1])
+    assert n_layers(sub) == 1 and sub.config.num_hidden_layers == 1 and n_layers(m) == 2
+    assert sub.model.layers[0].self_attn.layer_idx == 0 and sub.model.layers[0].mlp.up_proj.weight is (
+        m.model.layers[1].mlp.up_proj.weight)  # fmt: skip
+    g = tiny_gemma3(11, n_layers=3)
+    gs = layer_subset(g, [0, 1])
+    assert gs.config.layer_types == ["sliding_attention", "full_attention"] and len(g.config.layer_types) == 3
+    with pytest.raises(BrwsimError) as e:
+        layer_subset(__import__("torch").nn.Linear(2, 2), [0])
+    assert str(e.value) == "layer skipping needs a decoder-only model (model.layers); Linear has not"
+    assert range_text([1, 2, 3, 5, 7, 8]) == "1-3/5/7-8" and range_text([4]) == "4" and range_text([]) == ""
+
+
+def test_the_heads_config_refuses_each_bad_field():
+    from brwsim.llm.drafters.eagle_head._config import DATA_VERSION, FULL, QUICK, HeadConfig, config_from
+
+    pre = "eagle head config: "
+    bad = {
+        (("steps", 0),): "steps must be a positive integer, got 0",
+        (("batch", True),): "batch must be a positive integer, got True",
+        (("topk", 2.0),): "topk must be a positive integer, got 2.0",
+        (("seq_len", 7), ("unroll", 3)): "seq_len must be >= 2 * unroll + 2, got 7",
+        (("lr", -1.0),): "lr must be a finite number >= 0, got -1.0",
+        (("noise", float("nan")),): "noise must be a finite number >= 0, got nan",
+        (("w_kl", float("inf")),): "w_kl must be a finite number >= 0, got inf",
+        (("w_feat", True),): "w_feat must be a finite number >= 0, got True",
+        (("w_feat", "1"),): "w_feat must be a finite number >= 0, got '1'",
+        (("lr", 0.0),): "lr and w_feat + w_kl must be > 0",
+        (("w_feat", 0.0), ("w_kl", 0.0)): "lr and w_feat + w_kl must be > 0",
+        (("warmup", -1),): "warmup must be an integer >= 0, got -1",
+        (("warmup", 1.5),): "warmup must be an integer >= 0, got 1.5",
+        (("corpus", "web"),): "corpus must be 'stdlib' or 'sharegpt', got 'web'",
+        (("data_version", 1),): f"data_version must be {DATA_VERSION}, got 1",
+        (("seed", 1.0),): "seed must be an integer, got 1.0",
+        (("seed", False),): "seed must be an integer, got False",
+    }
+    for kw, msg in bad.items():
+        with pytest.raises(BrwsimError) as e:
+            HeadConfig(**dict(kw))
+        assert str(e.value) == pre + msg, kw
+    assert HeadConfig(seq_len=8, unroll=3, warmup=0, w_feat=0.0, noise=0).seq_len == 8
+    assert config_from(True) == QUICK and config_from(False) == FULL and config_from(True, steps=3).steps == 3
+    with pytest.raises(BrwsimError) as e:
+        config_from(False, stepz=3)
+    assert str(e.value).startswith(pre + "unknown field 'stepz'; known: batch, chunks_per_file, corpus, data_version")
+    assert (QUICK.seq_len, QUICK.train_chunks, QUICK.heldout_chunks, QUICK.chunks_per_file, QUICK.steps, QUICK.batch,
+            QUICK.warmup, QUICK.lr, QUICK.unroll) == (32, 6, 2, 2, 12, 2, 2, 3e-3, 2)  # fmt: skip
+    k = FULL.key({"target": "t"})
+    assert len(k) == 16 and k == HeadConfig().key({"target": "t"}) and k != FULL.key({"target": "u"})
+    chat = config_from(False, corpus="sharegpt")
+    assert chat.key({}) != FULL.key({}) and FULL.to_dict()["corpus"] == "stdlib"
+    import hashlib
+    import json
+
+    cfg = {k: v for k, v in FULL.to_dict().items() if k not in ("corpus", "data_version")}
+    blob = json.dumps({"format": "brwsim-eagle-head-v1", "config": cfg, "x": 1}, sort_keys=True)
+    assert FULL.key({"x": 1}) == hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def test_a_generations_record():
+    from brwsim.llm.specdec._loop import LOOP_VERSION, Generation, _rng
+
+    g = Generation([1, 2, 3, 4], [2, 0], [4, 4], 2.0, 0.5, 1.0, 0.25, 3, 8)
+    assert g.calls == 2 and g.tokens_per_second == 2.0 and LOOP_VERSION == 2
+    assert g.to_dict() == {"tokens": [1, 2, 3, 4], "accepted": [2, 0], "drafted": [4, 4], "seconds": 2.0,
+                           "draft_seconds": 0.5, "verify_seconds": 1.0, "prefill_seconds": 0.25, "draft_passes": 3,
+                           "draft_rows": 8, "calls": 2, "tokens_per_second": 2.0}  # fmt: skip
+    assert np.isnan(Generation([1], [0], [0], 0.0, 0, 0, 0).tokens_per_second)
+    assert Generation([1], [0], [0], 1.0, 0, 0, 0).draft_passes == 0
+    r = np.random.default_rng(1)
+    assert _rng(r, 1.0) is r and _rng(5, 0) == 5 and _rng(None, 0) is None
+    assert _rng(5, 0.5).random() == np.random.default_rng(5).random()
