@@ -2694,3 +2694,252 @@ def test_a_transformers_sources_tokens_end_tokens_and_bookkeeping():
     assert src.forward_calls == 2 and src.forward_tokens == 3
     with pytest.raises(BrwsimError):
         HFSource(m, tok, threads=0)
+
+
+@needs_llm
+def test_the_heads_schedule_cache_entry_and_its_refusals(tmp_path, monkeypatch):
+    import hashlib
+    import json
+    import math
+
+    import torch
+    from tiny_llm import tiny_llama
+
+    from brwsim.llm.drafters.eagle_head import _train
+    from brwsim.llm.drafters.eagle_head._config import FORMAT, HeadConfig
+    from brwsim.llm.drafters.eagle_head._model import head_for
+
+    cfg = HeadConfig(steps=12, warmup=2)
+    assert [_train._schedule(cfg, s) for s in (0, 1)] == [0.5, 1.0]
+    assert _train._schedule(cfg, 2) == pytest.approx(1.0) and _train._schedule(cfg, 12) == pytest.approx(0.1)
+    assert _train._schedule(cfg, 7) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert _train._schedule(HeadConfig(steps=2, warmup=2, seq_len=8, unroll=1), 2) == pytest.approx(1.0)
+    m = tiny_llama(11, n_layers=1, seed=1)
+    torch.manual_seed(0)
+    head = head_for(m, 2.5)
+    h = hashlib.sha256()
+    for name, t in sorted(head.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().float().contiguous().numpy().tobytes())
+    assert _train.state_sha256(head) == h.hexdigest()
+    monkeypatch.setenv("BRWSIM_CACHE", str(tmp_path))
+    target = types.SimpleNamespace(name=f"a{__import__('os').sep}b")
+    assert _train.head_dir(target, "k1") == tmp_path / "eagle-head" / "a_b-k1"
+    dest = tmp_path / "h"
+    assert _train.load(m, dest) is None
+    meta = {"format": FORMAT, "sha256": _train.state_sha256(head), "x": 1}
+    _train.save(head, meta, dest)
+    assert json.loads((dest / "meta.json").read_text()) == meta and not list(tmp_path.glob("h.tmp*"))
+    got, back = _train.load(m, dest)
+    assert back == meta and not got.training and float(got.scale) == 2.5
+    assert _train.state_sha256(got) == meta["sha256"]
+    _train.save(head_for(m, 1.0), {"other": 1}, dest)  # an entry already there is kept
+    assert _train.load(m, dest)[1] == meta and not list(tmp_path.glob("h.tmp*"))
+    (dest / "meta.json").write_text(json.dumps(meta | {"sha256": "0"}))
+    with pytest.raises(BrwsimError) as e:
+        _train.load(m, dest)
+    assert str(e.value) == f"cached eagle head {dest} does not match its metadata; delete it to retrain"
+    (dest / "meta.json").write_text(json.dumps(meta | {"format": "v0"}))
+    with pytest.raises(BrwsimError) as e:
+        _train.load(m, dest)
+    assert str(e.value) == f"cached eagle head {dest} does not match its metadata; delete it to retrain"
+    (dest / "meta.json").write_text("{")
+    with pytest.raises(BrwsimError) as e:
+        _train.load(m, dest)
+    assert str(e.value) == f"cached eagle head {dest} is unreadable (JSONDecodeError); delete it to retrain"
+    (dest / "meta.json").write_text(json.dumps(meta))
+    torch.save({"w": torch.zeros(1)}, dest / "head.pt")
+    with pytest.raises(BrwsimError) as e:
+        _train.load(m, dest)
+    assert str(e.value) == f"cached eagle head {dest} is unreadable (KeyError); delete it to retrain"
+    (dest / "meta.json").unlink()
+    assert _train.load(m, dest) is None
+
+
+@needs_llm
+def test_a_models_weights_that_lack_a_parameter_are_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from tiny_llm import tiny_llama
+
+    from brwsim.llm.sources._check import check_model_shapes
+    from brwsim.llm.sources._models import _load_hf, load_source
+
+    d = tmp_path / "m"
+    tiny_llama(len(WORDS), n_layers=1, seed=4).save_pretrained(d)
+    _word_tokenizer().save_pretrained(d)
+    src = load_source(str(d), device="cpu", threads=1, max_prompt_tokens=5)
+    assert src.name == str(d) and src.vocab_size == len(WORDS) and src.max_prompt_tokens == 5 and src.load_seconds > 0
+    with pytest.raises(BrwsimError) as e:
+        load_source(str(d), dtype="f16")
+    assert str(e.value) == "--dtype must be float32 or bfloat16, got 'f16'"
+    with pytest.raises(BrwsimError) as e:
+        load_source(str(d), max_prompt_tokens=0)
+    assert str(e.value).startswith("--max-prompt-tokens must be an integer >= 1")
+    w = load_file(d / "model.safetensors")
+    del w["model.norm.weight"]
+    save_file(w, d / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(BrwsimError) as e:
+        _load_hf("m", str(d), {}, None)
+    assert str(e.value) == (
+        "model 'm': its weights lack 1 parameter(s) of its config, e.g. model.norm.weight (they "
+        "would be random): the config does not match the weights"
+    )
+    with pytest.raises(BrwsimError) as e:
+        check_model_shapes(d, "drafter model:m")
+    assert str(e.value) == (
+        "drafter model:m: the weights have no norm.weight, which config.json's model_type 'llama' "
+        "needs (the config does not match the weights: a llama model would run with random "
+        "weights)"
+    )
+    w["model.norm.weight"] = w["model.embed_tokens.weight"][0].clone()
+    w["lm_head.weight"] = w["lm_head.weight"][:5].clone()
+    save_file(w, d / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(BrwsimError) as e:
+        check_model_shapes(d)
+    assert str(e.value) == (
+        f"model: lm_head.weight is [5, 16] in the weights but [{len(WORDS)}, 16] for config.json "
+        f"(config.json's vocab_size is {len(WORDS)}): the config does not match the weights"
+    )
+
+
+# --- the first fresh sample's survivors: a prompt's timed accounts, the drafters' rates, --record's name, ----------
+# --- an engine's work, the GGUF conversion -------------------------------------------------------------------------
+
+
+def test_a_timed_prompt_result_keeps_every_account():
+    from brwsim.llm.measure._walks import PromptResult
+    from brwsim.llm.sources.rounds import Accounts
+
+    a = Accounts({"walks": 1.0}, {"walks": 2.0}, {"walks": 3.0}, {"walks": 4.0})
+    r = PromptResult.timed("p", 5, "w", "o", 6.0, a)
+    assert (r.prompt, r.n_tokens, r.walks, r.oracle, r.seconds) == ("p", 5, "w", "o", 6.0)
+    assert (r.phases, r.host, r.tokens, r.floor, r.host_bytes, r.host_nodes) == (
+        {"walks": 1.0},
+        {"walks": 2.0},
+        {"walks": 3.0},
+        {"walks": 4.0},
+        0,
+        0,
+    )
+
+
+def test_a_runs_measurement_hands_each_drafter_its_rates_and_groups_prompts_by_task(monkeypatch):
+    from brwsim.llm import run
+    from brwsim.llm.drafters._calibrate import Calibration
+    from brwsim.llm.sources._prompts import Prompt
+
+    seen = []
+
+    def measure(source, drafters, p, P_max, st, rates):
+        seen.append((source, drafters, p.id, P_max, st, rates))
+        return types.SimpleNamespace(prompt=p, n_tokens=len(p.text), seconds=0.5), ["d" + p.id]
+
+    monkeypatch.setattr(run, "measure_prompt_drafters", measure)
+    items = [Prompt("b", "1", "xx"), Prompt("a", "2", "yyy"), Prompt("b", "3", "z")]
+    cal = [Calibration(3, np.array([0.5, 0.25]), {}), None]
+    opts = run.RunOptions(prompt_batch=2, walks=5, depth=6, seed=7)
+    lines = []
+    by_task, interrupted = run._measure("src", ["q", "lookup"], cal, items, 9, opts, lines.append)
+    assert interrupted is False and list(by_task) == ["b", "a"]
+    assert [(r.prompt.id, drs) for r, drs in by_task["b"]] == [("1", ["d1"]), ("3", ["d3"])]
+    assert [(r.prompt.id, drs) for r, drs in by_task["a"]] == [("2", ["d2"])]
+    assert sorted(s[2] for s in seen) == ["1", "2", "3"]
+    for source, drafters, _, P_max, st, rates in seen:
+        assert (source, drafters, P_max, st) == ("src", ["q", "lookup"], 9, opts.settings())
+        assert len(rates) == 2 and rates[0].tolist() == [0.5, 0.25] and rates[1] is None
+    assert sorted(lines) == [
+        "[1/3] b 1: 2 prompt tokens, 0.5 s",
+        "[2/3] a 2: 3 prompt tokens, 0.5 s",
+        "[3/3] b 3: 1 prompt tokens, 0.5 s",
+    ]
+    assert run._measure("src", [], [], items[:1], 2, opts, None)[0]["b"][0][1] == ["d1"]
+
+
+def test_a_record_file_in_a_missing_directory_is_named_as_record(tmp_path):
+    from brwsim.llm.run import RunOptions
+
+    f = tmp_path / "none" / "r.npz"
+    with pytest.raises(BrwsimError) as e:
+        RunOptions(record=str(f)).checked()
+    assert (
+        str(e.value) == f"--record {str(f)!r}: its directory {tmp_path / 'none'} does not exist; create it or give "
+        "another path"
+    )
+    assert RunOptions(record=str(tmp_path / "r.npz")).checked().record == str(tmp_path / "r.npz")
+
+
+@needs_llm
+def test_a_packed_engines_work_per_pass(tiny_llama_source, monkeypatch):
+    import dataclasses
+
+    import torch
+
+    from brwsim.llm.drafters.eagle_head import QUICK
+    from brwsim.llm.drafters.eagle_head._drafter import EagleDraftModel
+    from brwsim.llm.drafters.eagle_head._model import head_for
+    from brwsim.llm.sources import _packed
+
+    # 3 layers of 2336 parameters (2304 in q/k/v/o and the MLP), final norm 16, LM head 11 x 16; float32
+    assert tiny_llama_source.engine.work == _packed.Work(7200 * 4.0, 6912.0, 176.0, 11, 3, 2, 1, 8, 4)
+    torch.manual_seed(0)
+    dm = EagleDraftModel(tiny_llama_source, head_for(tiny_llama_source.model), {"config": dataclasses.asdict(QUICK)})
+    # the head: 2864 parameters (fc 512 + 16, q/k/v/o 768, MLP 1536, norms 32), the target's norm and LM head
+    assert dm.engine.work == _packed.Work(3056 * 4.0, 2816.0, 176.0, 11, 1, 2, 1, 8, 4)
+    monkeypatch.setattr(_packed, "RATES", {})
+    eng = tiny_llama_source.engine
+    eng.run([_packed.Open([1, 2, 3])])
+    assert eng.last_floor is None
+    _packed.set_rates(1e9, 1e12)
+    eng.run([_packed.Open([1, 2, 3]), _packed.Open([4, 5])])
+    b = types.SimpleNamespace(tokens=[0] * 5, answer_rows=2, scores=6 + 3, keys_read=5)
+    assert eng.last_floor == pytest.approx(eng.work.floor(b))
+
+
+@needs_llm
+def test_a_gguf_is_converted_to_a_safetensors_directory_atomically(tmp_path, monkeypatch):
+    import os
+
+    import torch
+    import transformers
+
+    from brwsim.llm.sources import _models
+
+    calls = []
+
+    class Saved:
+        def __init__(self, what):
+            self.what = what
+            self.hf_quantizer = "gguf"
+            self.config = types.SimpleNamespace(quantization_config={"q": 1}, other=2)
+
+        def save_pretrained(self, where):
+            calls.append((self.what, "save", where))
+            os.makedirs(where, exist_ok=True)
+            (__import__("pathlib").Path(where) / f"{self.what}.txt").write_text("x")
+
+    def model_from(where, gguf_file=None, dtype=None):
+        calls.append(("model", where, gguf_file, dtype))
+        return Saved("model")
+
+    def tok_from(where, gguf_file=None):
+        calls.append(("tok", where, gguf_file))
+        return Saved("tok")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", model_from)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", tok_from)
+    gguf = tmp_path / "g" / "m.gguf"
+    dest = tmp_path / "cache" / "models" / "tiny"
+    _models._convert("tiny", gguf, dest)
+    tmp = str(dest.with_name(f"tiny.tmp{os.getpid()}"))
+    assert calls == [
+        ("tok", str(gguf.parent), "m.gguf"),
+        ("model", str(gguf.parent), "m.gguf", torch.float32),
+        ("model", "save", tmp),
+        ("tok", "save", tmp),
+    ]
+    assert sorted(p.name for p in dest.iterdir()) == ["brwsim-source.txt", "model.txt", "tok.txt"]
+    assert (dest / "brwsim-source.txt").read_text() == f"tiny\nconverted from {gguf}\n"
+    assert not os.path.exists(tmp)
+    calls.clear()
+    _models._convert("tiny", gguf, dest)  # already converted (another process): the new copy is dropped
+    assert not os.path.exists(tmp) and (dest / "model.txt").exists() and len(calls) == 4
