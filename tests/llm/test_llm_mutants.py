@@ -2943,3 +2943,21 @@ def test_a_gguf_is_converted_to_a_safetensors_directory_atomically(tmp_path, mon
     calls.clear()
     _models._convert("tiny", gguf, dest)  # already converted (another process): the new copy is dropped
     assert not os.path.exists(tmp) and (dest / "model.txt").exists() and len(calls) == 4
+
+
+def test_the_llm_extras_modules_are_found_or_named(monkeypatch):
+    import importlib.util
+    import sys
+
+    import brwsim.llm as llm
+
+    assert llm.LLM_MODULES == ("torch", "transformers", "gguf", "accelerate", "safetensors")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name in ("gguf", "torch") else real(name))
+    assert llm.missing_llm_modules() == ["torch", "gguf"] and llm._absent("gguf") and not llm._absent("json")
+    with pytest.raises(BrwsimError) as e:
+        llm.require_llm()
+    assert str(e.value) == "the llm extra is not installed (missing torch, gguf): pip install -e '.[llm]'"
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    monkeypatch.setitem(sys.modules, "blocked_module_for_the_test", None)
+    assert llm._absent("blocked_module_for_the_test") and llm._absent("no_such_module_here.sub")
