@@ -1638,3 +1638,20 @@ def test_a_real_model_runs_timing_line(monkeypatch):
         "model phase 2.0 s, 38% in forward passes; load 1.0 s; total 4.0 s; 100.0 KiB per node from the model's "
         "device to the host"
     )
+
+
+def test_a_refused_value_is_named_by_its_whole_path():
+    # (a leading "X" tells a path stripped of its first dot only from one stripped of more characters)
+    with pytest.raises(BrwsimError) as e:
+        _table.strict_json({"Xs": {"mu": math.nan}})
+    assert str(e.value).startswith("internal error: the result's Xs.mu is nan, not a finite number;")
+    with pytest.raises(BrwsimError) as e:
+        _table.check_expected_values({"Xs": [{"P": 1, "ex": 2.0}]})
+    assert str(e.value).startswith("internal error: E[X] = 2.0 at P = 1 (Xs[0].ex) lies outside [0, P];")
+
+
+def test_plan_tables_of_an_acceptance_vector_are_not_made_by_tables_for():
+    args = build_parser().parse_args(["plan", "--acceptance", "0.5", "--hardware", "h100"])
+    with pytest.raises(BrwsimError) as e:
+        _plan.tables_for(args)
+    assert str(e.value) == "internal: --acceptance goes through _acceptance_tables"
