@@ -2961,3 +2961,63 @@ def test_the_llm_extras_modules_are_found_or_named(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", real)
     monkeypatch.setitem(sys.modules, "blocked_module_for_the_test", None)
     assert llm._absent("blocked_module_for_the_test") and llm._absent("no_such_module_here.sub")
+
+
+def test_one_prompts_drafters_are_measured_with_their_own_trees_values_and_check():
+    from brwsim.llm.drafters import DraftModel
+    from brwsim.llm.drafters._builders import chain_nodes, eagle_nodes, sequoia_trees, topq_nodes
+    from brwsim.llm.drafters._measure import DrafterSettings, measure_prompt_drafters, q_surprisals
+    from brwsim.llm.drafters._values import prefix_values
+    from brwsim.llm.drafters._view import DraftView
+    from brwsim.llm.drafters.lookup import LookupProposer
+    from brwsim.llm.sources._prompts import Prompt
+
+    class Q(DraftModel):
+        name, info = "q", {}
+
+        @classmethod
+        def open(cls, spec, target, log=None):
+            return cls()
+
+        def context(self, ids):
+            ctx = _view().dctx
+            ctx.passes = 7
+            return ctx
+
+    src = _rows_source()
+    src.eos_ids = frozenset()
+    st = DrafterSettings(T=1.0, walks=4, depth=3, seed=0, batch=2, check_samples=50, check_P=2)
+    prompt = Prompt("t", "p", "abc")
+    rates = [np.array([0.5, 0.3, 0.2]), None]
+    r, (q, lk) = measure_prompt_drafters(src, [Q(), LookupProposer(2)], prompt, 3, st, rates)
+    assert r.prompt == prompt and r.walks.xi.shape == (4, 3) and r.n_tokens == 2
+    assert set(r.host) >= {"walks", "oracle", "values", "drafter:q", "check:q"} and r.phases == {}
+    tctx = src.open([0])
+
+    def view():
+        return DraftView(Q().context([0]), 1.0)
+
+    topq, logQ = topq_nodes(view(), 3, 2, frozenset())
+    seq = sequoia_trees(view(), rates[0], 3, 2)
+    want = {"topq": topq, "chain": chain_nodes(view(), 3), "eagle": eagle_nodes(view(), 3, st.top_k, st.eagle_depth)}
+    assert q.name == "q" and q.passes == 7 and list(q.values) == ["topq", "chain", "eagle", "sequoia"]
+    for b, nodes in want.items():
+        assert q.values[b].tolist() == prefix_values(tctx, nodes, 3).tolist(), b
+    assert q.values["sequoia"].tolist() == [prefix_values(tctx, seq[P], P)[-1] for P in (1, 2, 3)]
+    assert q.s_P.tolist() == (-logQ).tolist() and q.walk_stats.shape == (12, 5)
+    assert np.array_equal(q.xi_q, q_surprisals(view(), r.walks.tokens, 3), equal_nan=True)
+    from brwsim.llm.drafters._calibrate import row_divergences
+
+    walked = [tuple(t[:d]) for d in range(3) for t in r.walks.tokens]  # the rows each step of the walks read
+    lp = np.stack([_Rows.row(p) for p in walked])
+    assert np.allclose(q.walk_stats, row_divergences(lp, view().logprobs(walked)))
+    best = max((b for b in q.values if np.isfinite(q.values[b][1])), key=lambda b: q.values[b][1])
+    c = q.check
+    assert (c.builder, c.P, c.samples) == (best, 2, 50) and c.value == pytest.approx(q.values[best][1])
+    assert 0 <= c.mean <= 2 and c.se > 0 and c.sample_se > 0
+    assert lk.name == "lookup:n=2" and list(lk.values) == ["lookup_tree", "lookup_chain"] and lk.passes == 0
+    assert (lk.walk_stats, lk.xi_q, lk.s_P) == (None, None, None) and lk.check.builder in lk.values
+    r2, (q2,) = measure_prompt_drafters(src, [Q()], prompt, 3, DrafterSettings(walks=4, depth=3, check_samples=0))
+    assert q2.check is None and "sequoia" not in q2.values and r2.walks.tokens == r.walks.tokens
+    r3, none = measure_prompt_drafters(src, [], prompt, 2, st)
+    assert none == [] and r3.oracle.prefixes == r.oracle.prefixes[:2]
