@@ -3021,3 +3021,67 @@ def test_one_prompts_drafters_are_measured_with_their_own_trees_values_and_check
     assert q2.check is None and "sequoia" not in q2.values and r2.walks.tokens == r.walks.tokens
     r3, none = measure_prompt_drafters(src, [], prompt, 2, st)
     assert none == [] and r3.oracle.prefixes == r.oracle.prefixes[:2]
+
+
+@needs_llm
+def test_the_verifiers_rows_on_the_device_and_what_their_reads_move(tiny_llama_source):
+    import torch
+
+    from brwsim.llm.sources._query import Transfer
+    from brwsim.llm.specdec._target import DeviceDistribution, DeviceRows, TargetSession
+    from brwsim.llm.specdec._verify import HostDistribution, probabilities
+
+    lp = torch.log_softmax(torch.tensor([[1.0, 2.0, 0.5, -1.0], [0.0, 0.0, 3.0, 1.0]]), dim=1)
+    moved = Transfer()
+    rows = DeviceRows(lp, {(): 0, (2,): 1}, moved)
+    assert rows.argmax(()) == 1 and rows.argmax((2,)) == 2 and (moved.bytes, moved.nodes) == (16, 2)
+    d = rows.distribution((2,), 2.0)
+    h = HostDistribution(probabilities(lp[1].numpy(), 2.0))
+    assert (moved.bytes, moved.nodes) == (16, 3) and isinstance(d, DeviceDistribution)
+    assert d.total == pytest.approx(1.0) and moved.bytes == 24 and d.total == d.total and moved.bytes == 24
+    assert np.allclose(d.at([3, 0]), h.at([3, 0])) and moved.bytes == 40
+    for removed, u in (([], 0.3), ([2], 0.3), ([2, 3], 0.99), ([0, 1, 2, 3], 0.5)):
+        assert d.draw_without(removed, u) == h.draw_without(removed, u), (removed, u)
+    assert moved.bytes == 40 + 4 * 8 and d.p.dtype == torch.float64
+    with pytest.raises(ValueError) as e:
+        TargetSession(tiny_llama_source, [1])
+    assert str(e.value) == "speculative decoding needs a prompt of at least 2 tokens"
+    ts = TargetSession(tiny_llama_source, [1, 2, 3])
+    assert (ts.n, ts.pending, ts.passes, ts.prompt_features) == (2, [3], 0, None)
+    ctx = tiny_llama_source.open([1, 2, 3])
+    v = ts.verify([(4,), (4, 5), (6,)])
+    assert ts.passes == 1 and v.index == {(): 0, (4,): 1, (4, 5): 2, (6,): 3}
+    assert np.allclose(v.logp.numpy(), ctx.logprobs([(), (4,), (4, 5), (6,)]), atol=1e-5)
+    ts.commit([4, 5], 7)
+    assert (ts.n, ts.pending) == (5, [7])
+    assert np.allclose(ts.verify([(1,)]).logp.numpy(), ctx.logprobs([(4, 5, 7), (4, 5, 7, 1)]), atol=1e-5)
+    ts.commit([], 2)
+    assert (ts.n, ts.pending, ts.passes) == (6, [2], 2)
+    assert np.allclose(ts.verify([]).logp.numpy(), ctx.logprobs([(4, 5, 7, 2)]), atol=1e-5)
+    ts.close()
+    f = TargetSession(tiny_llama_source, [1, 2, 3], features=True)
+    assert tuple(f.prompt_features.shape) == (2, 16)
+    f.verify([(4,), (4, 5)])
+    assert tuple(f.features([4, 5]).shape) == (3, 16) and tuple(f.features([]).shape) == (1, 16)
+    f.close()
+    assert f._hook is None
+
+
+@needs_llm
+def test_a_packed_draft_chain_follows_the_text_and_counts_its_passes(tiny_llama_source):
+    from brwsim.llm.drafters import DraftView, open_drafter, topq_nodes
+    from brwsim.llm.specdec._draft import DraftSession, PackedChain
+
+    d = open_drafter("layerskip:skip=2-2", tiny_llama_source)
+    s = DraftSession(d, tiny_llama_source, [1, 2, 3])
+    assert isinstance(s.ctx, PackedChain) and (s.passes, s.rows) == (1, 0) and not s.needs_features
+    want = topq_nodes(DraftView(d.context([1, 2, 3]), 1.0), 4, 4)[0]
+    assert s.tree(4) == want and s.passes > 1 and s.rows >= 4 and s.transfer().bytes > 0
+    passes, rows = s.passes, s.rows
+    s.advance([want[0][0], 5])
+    assert s.ids == [1, 2, 3, want[0][0], 5] and s.ctx.pending == (want[0][0], 5) and s.ctx.answers == {}
+    assert s.tree(3) == topq_nodes(DraftView(d.context(s.ids), 1.0), 3, 4)[0]
+    assert s.passes > passes and s.rows > rows and s.ctx.pending == ()
+    node = next(iter(k for k in s.ctx.answers if k))
+    s.ctx.forget([(), node])
+    assert node not in s.ctx.answers and () in s.ctx.answers
