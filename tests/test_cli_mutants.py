@@ -493,15 +493,16 @@ def test_a_real_drafters_cost_on_a_roofline_needs_its_footprint(monkeypatch):
     seen = []
 
     def measure(*a):
-        return types.SimpleNamespace(roofline_cost=lambda cost, fp: seen.append(fp) or dc)
+        return types.SimpleNamespace(roofline_cost=lambda cost, fp: seen.append((cost, fp)) or dc)
 
     monkeypatch.setattr(_plan, "measure_draft_calls", measure)
     args = types.SimpleNamespace(hardware="h100", draft_prompts=1, draft_tokens=4, seed=1, bytes_per_param=2.0,
                                  context=512)  # fmt: skip
     source, opts = types.SimpleNamespace(encode=lambda text: [1]), types.SimpleNamespace(prompts="humaneval", n=1)
     d = _Drafter(footprint=7)
-    assert _plan._drafting(args, d, source, Roofline(), [1], opts) == dataclasses.replace(dc, fraction=0.5)
-    assert seen == [7] and derived == []
+    roofline = Roofline()
+    assert _plan._drafting(args, d, source, roofline, [1], opts) == dataclasses.replace(dc, fraction=0.5)
+    assert seen == [(roofline, 7)] and derived == []  # the pass time at the roofline's own cost
     assert _plan._drafting(args, _Drafter(), source, Roofline(), [1], opts) == "derived" and len(derived) == 1
     assert _plan._drafting(args, d, source, object(), [1], opts) == "derived" and len(derived) == 2
 
