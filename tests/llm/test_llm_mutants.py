@@ -3085,3 +3085,58 @@ def test_a_packed_draft_chain_follows_the_text_and_counts_its_passes(tiny_llama_
     node = next(iter(k for k in s.ctx.answers if k))
     s.ctx.forget([(), node])
     assert node not in s.ctx.answers and () in s.ctx.answers
+
+
+@needs_llm
+def test_drafters_made_from_the_target_say_what_they_keep(tiny_llama_source, tmp_path):
+    import torch
+
+    from brwsim.llm.drafters import open_drafter
+    from brwsim.llm.drafters._base import PassFootprint
+    from brwsim.llm.drafters._hf import model_footprint, quantize_weights
+
+    t = tiny_llama_source  # 3 layers of 2336 parameters, final norm 16, LM head 176 (embedding 176, a lookup)
+    e = open_drafter("early-exit:k=2", t)
+    assert (e.name, e.info, e.src.name) == ("early-exit:k=2", {"layers": 3, "kept": 2}, "early-exit:k=2")
+    assert e.footprint() == PassFootprint(
+        ((2 * 2336 + 16 + 176.0, None),), 32, 2, 16, "the first 2 of 3 layers, embeddings and LM head"
+    )
+    assert len(e.src.model.model.layers) == 2 and e.target_footprint == model_footprint(
+        t.model, what="the target's decoding step"
+    )
+    with pytest.raises(BrwsimError) as err:
+        open_drafter("early-exit:k=4", t)
+    assert str(err.value) == "early-exit k must be in 1..3 (the model has 3 layers), got 4"
+    s = open_drafter("layerskip:skip=2-2", t)
+    assert (s.name, s.info) == ("layerskip:skip=2", {"layers": 3, "skipped": [2], "kept": 2})
+    assert s.footprint().what == "2 of 3 layers, embeddings and LM head" and s.footprint().layers == 2
+    assert s.src.model.model.layers[1].mlp.up_proj.weight is t.model.model.layers[2].mlp.up_proj.weight
+    for spec, msg in (
+        ("layerskip:skip=4", "layerskip: skip must name layers in 1..3 and keep at least one; got [4]"),
+        ("layerskip:skip=1-3", "layerskip: skip must name layers in 1..3 and keep at least one; got [1, 2, 3]"),
+    ):
+        with pytest.raises(BrwsimError) as err:
+            open_drafter(spec, t)
+        assert str(err.value) == msg
+    lb = open_drafter("lowbit:bits=2", t)
+    assert (lb.name, lb.info) == ("lowbit:bits=2", {"bits": 2})
+    assert lb.footprint() == PassFootprint(
+        ((3 * 2304 + 176.0, 2), (3 * 32 + 16.0, None)), 48, 3, 16, "every matrix at 2 bits"
+    )
+    w = lb.src.model.model.layers[0].mlp.up_proj.weight
+    scale = t.model.model.layers[0].mlp.up_proj.weight.abs().amax(dim=1, keepdim=True) / 1
+    assert torch.allclose(w / scale, torch.round(w / scale)) and set(torch.round(w / scale).unique().tolist()) <= {
+        -1.0,
+        0.0,
+        1.0,
+    }
+    q8 = quantize_weights(t.model, 8)
+    assert q8.model.norm.weight is not t.model.model.norm.weight and torch.equal(
+        q8.model.norm.weight, t.model.model.norm.weight
+    )
+    with pytest.raises(BrwsimError) as err:
+        open_drafter(f"model:{tmp_path / 'none'}", t)
+    assert str(err.value) == (
+        f"drafter model:{tmp_path / 'none'}: {str(tmp_path / 'none')!r} is not a directory "
+        "(give a transformers model directory)"
+    )
