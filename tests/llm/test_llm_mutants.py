@@ -3140,3 +3140,102 @@ def test_drafters_made_from_the_target_say_what_they_keep(tiny_llama_source, tmp
         f"drafter model:{tmp_path / 'none'}: {str(tmp_path / 'none')!r} is not a directory "
         "(give a transformers model directory)"
     )
+
+
+@needs_llm
+def test_what_the_head_borrows_from_its_target_and_its_refusals(tiny_llama_source, monkeypatch):
+    import hashlib
+
+    import torch
+
+    from brwsim.llm.drafters import eagle_head
+    from brwsim.llm.drafters.eagle_head import _target
+
+    m = tiny_llama_source.model
+    layers, norm, head, emb, rot = _target.parts(m)
+    assert layers is m.model.layers and norm is m.model.norm and head is m.lm_head and emb is m.model.embed_tokens
+    assert rot is m.model.rotary_emb
+    with pytest.raises(BrwsimError) as e:
+        _target.parts(types.SimpleNamespace(get_output_embeddings=lambda: 1, get_input_embeddings=lambda: 1))
+    assert str(e.value) == (
+        "the eagle head needs a decoder-only model with model.layers, model.norm, model.rotary_emb, "
+        "token embeddings and an LM head; SimpleNamespace has not"
+    )
+    ids = torch.tensor([[1, 2, 3]])
+    f = _target.features(m, ids)
+    out = m(input_ids=ids)
+    assert f.dtype == torch.float32 and f.shape == (1, 3, 16)
+    assert torch.allclose(_target.decode(m, f), out.logits, atol=1e-4)
+    cos, sin = _target.rope(m, torch.arange(3)[None])
+    assert cos.shape == (1, 3, 8) and torch.allclose(cos[0, 0], torch.ones(8)) and cos.dtype == torch.float32
+    w = m.lm_head.weight.detach().float().contiguous().numpy()
+    assert _target.fingerprint(tiny_llama_source) == {
+        "target": "tiny",
+        "vocab": 11,
+        "lm_head_sha256": hashlib.sha256(w).hexdigest(),
+    }
+    not_hf = types.SimpleNamespace(name="rows.npz")
+    with pytest.raises(BrwsimError) as e:
+        eagle_head.open_drafter(not_hf)
+    assert str(e.value) == (
+        "the eagle-head drafter needs a transformers target (a model name or directory), not 'rows.npz'"
+    )
+    with pytest.raises(BrwsimError) as e:
+        eagle_head.open_drafter(tiny_llama_source, config={"steps": 1})
+    assert str(e.value) == "eagle head config must be a HeadConfig, got dict"
+    got = []
+    monkeypatch.setattr(
+        "brwsim.llm.drafters.eagle_head._train.train",
+        lambda target, cfg, progress, log: got.append(cfg) or (None, {"config": cfg.to_dict()}),
+    )
+    monkeypatch.setattr(
+        "brwsim.llm.drafters.eagle_head._drafter.EagleDraftModel", lambda target, head, meta, name: name
+    )
+    assert eagle_head.open_drafter(tiny_llama_source, quick=True) == "eagle-head-quick"
+    assert eagle_head.open_drafter(tiny_llama_source) == "eagle-head" and got[-1] == eagle_head.FULL
+    chat = eagle_head.config_from(True, corpus="sharegpt")
+    assert eagle_head.open_drafter(tiny_llama_source, config=chat) == "eagle-head-quick-chat"
+    assert eagle_head.open_drafter(tiny_llama_source, config=eagle_head.config_from(False, corpus="sharegpt")) == (
+        "eagle-head-chat"
+    )
+    assert eagle_head.open_drafter(tiny_llama_source, config=eagle_head.config_from(True, steps=3)) == "eagle-head"
+    from brwsim.llm.drafters import open_drafter
+
+    assert open_drafter("eagle-head:quick,chat", tiny_llama_source) == "eagle-head-quick-chat" and got[-1] == chat
+    assert open_drafter("eagle-head", tiny_llama_source) == "eagle-head" and got[-1].corpus == "stdlib"
+
+
+@needs_llm
+def test_layerskip_auto_tries_each_middle_block(monkeypatch):
+    import re
+
+    from tiny_llm import tiny_llama
+
+    from brwsim.llm.drafters import open_drafter
+    from brwsim.llm.drafters.layerskip import auto_skip
+    from brwsim.llm.sources._hf import HFSource
+
+    t = HFSource(tiny_llama(len(WORDS), n_layers=4, seed=6), _word_tokenizer(), name="w4", threads=1, device="cpu")
+    lines = []
+    skip, info = auto_skip(t, None, lines.append)
+    assert (
+        len(skip) == 1
+        and skip[0] in (2, 3)
+        and len(lines) == 2
+        and set(info) == {"heldout_kl_choice", "heldout_top1_choice"}
+    )
+    pat = r"layerskip:auto: skip (\d)-(\d): held-out KL (\d+\.\d{3}), top-1 (\d\.\d{3})"
+    got = [re.fullmatch(pat, line).groups() for line in lines]
+    assert [(a, b) for a, b, _, _ in got] == [("2", "2"), ("3", "3")]
+    best = min(got, key=lambda g: (float(g[2]), -float(g[3])))
+    assert skip == [int(best[0])] and f"{info['heldout_kl_choice']:.3f}" == best[2]
+    assert f"{info['heldout_top1_choice']:.3f}" == best[3]
+    skip2, _ = auto_skip(t, 2)
+    assert skip2 == [2, 3]
+    for n in (0, 3):
+        with pytest.raises(BrwsimError) as e:
+            auto_skip(t, n)
+        assert str(e.value) == f"layerskip:auto,n={n}: n must be in 1..2 (the model has 4 layers)"
+    d = open_drafter("layerskip:auto,n=2", t)
+    assert d.name == "layerskip:skip=2-3" and d.info["skipped"] == [2, 3] and d.info["kept"] == 2
+    assert d.info["layers"] == 4 and "heldout_kl_choice" in d.info
