@@ -3239,3 +3239,55 @@ def test_layerskip_auto_tries_each_middle_block(monkeypatch):
     d = open_drafter("layerskip:auto,n=2", t)
     assert d.name == "layerskip:skip=2-3" and d.info["skipped"] == [2, 3] and d.info["kept"] == 2
     assert d.info["layers"] == 4 and "heldout_kl_choice" in d.info
+
+
+@needs_llm
+def test_the_heads_layer_is_a_pre_norm_decoder_layer_at_the_features_scale(tiny_llama_source):
+    import torch
+    from torch.nn import functional as F
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from brwsim.llm.drafters.eagle_head._model import RMSNorm, head_for
+    from brwsim.llm.drafters.eagle_head._target import rope
+
+    n = RMSNorm(3, 1e-6)
+    n.weight.data = torch.tensor([1.0, 2.0, 3.0])
+    x = torch.tensor([1.0, 2.0, 2.0])
+    assert torch.allclose(n(x), torch.tensor([1.0, 4.0, 6.0]) / (3.0 + 1e-6) ** 0.5) and n.eps == 1e-6
+    h = head_for(tiny_llama_source.model, scale=2.0)
+    h.reset(torch.Generator().manual_seed(0))
+    assert (h.hidden, h.heads, h.kv_heads, h.head_dim, float(h.scale)) == (16, 2, 1, 8, 2.0)
+    assert h.fc.bias.abs().sum() == 0 and torch.equal(h.in_norm.weight, torch.ones(16))
+    assert 0.015 < float(h.gate.weight.std()) < 0.025 and torch.equal(h.post_norm.weight, torch.ones(16))
+    again = head_for(tiny_llama_source.model)
+    again.reset(torch.Generator().manual_seed(0))
+    assert torch.equal(again.down.weight, h.down.weight) and float(again.scale) == 1.0
+    with torch.no_grad():
+        for p in h.parameters():
+            p.mul_(20.0) if p.ndim == 2 else p.add_(torch.linspace(-0.5, 0.5, p.numel()))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, 5, 16, generator=g)
+    cos, sin = rope(tiny_llama_source.model, torch.arange(5)[None])
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+
+    def rms(z, norm):
+        return norm.weight * z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + norm.eps)
+
+    with torch.no_grad():
+        out, k, v = h.layer(x, cos, sin, mask=mask)
+        a = rms(x, h.in_norm)
+        q = (a @ h.q.weight.T).view(1, 5, 2, 8).transpose(1, 2)
+        kk = (a @ h.k.weight.T).view(1, 5, 1, 8).transpose(1, 2)
+        vv = (a @ h.v.weight.T).view(1, 5, 1, 8).transpose(1, 2)
+        q, kk = apply_rotary_pos_emb(q, kk, cos, sin)
+        s = (q @ kk.repeat(1, 2, 1, 1).transpose(2, 3)) / 8**0.5
+        att = torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ vv.repeat(1, 2, 1, 1)
+        y = x + att.transpose(1, 2).reshape(1, 5, 16) @ h.o.weight.T
+        b = rms(y, h.post_norm)
+        want = (y + (F.silu(b @ h.gate.weight.T) * (b @ h.up.weight.T)) @ h.down.weight.T) * 2.0
+        assert torch.allclose(out, want, atol=1e-4) and torch.allclose(k, kk, atol=1e-5) and k.shape == (1, 1, 5, 8)
+        assert torch.allclose(v, vv, atol=1e-5)
+        tail, k2, _ = h.layer(x[:, 3:], cos[:, 3:], sin[:, 3:], k[:, :, :3], v[:, :, :3], mask[3:])
+        assert torch.allclose(tail, out[:, 3:], atol=1e-4) and torch.allclose(k2, k[:, :, 3:], atol=1e-5)
+        f, e = torch.randn(1, 2, 16, generator=g), torch.randn(1, 2, 16, generator=g)
+        assert torch.allclose(h.embed_in(f, e), torch.cat([f / 2.0, e], -1) @ h.fc.weight.T + h.fc.bias)
