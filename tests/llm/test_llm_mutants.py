@@ -3291,3 +3291,40 @@ def test_the_heads_layer_is_a_pre_norm_decoder_layer_at_the_features_scale(tiny_
         assert torch.allclose(tail, out[:, 3:], atol=1e-4) and torch.allclose(k2, k[:, :, 3:], atol=1e-5)
         f, e = torch.randn(1, 2, 16, generator=g), torch.randn(1, 2, 16, generator=g)
         assert torch.allclose(h.embed_in(f, e), torch.cat([f / 2.0, e], -1) @ h.fc.weight.T + h.fc.bias)
+
+
+@needs_llm
+def test_the_heads_context_passes_rows_and_refusals(tiny_llama_source):
+    import dataclasses
+
+    import torch
+
+    from brwsim.llm.drafters.eagle_head import QUICK
+    from brwsim.llm.drafters.eagle_head._drafter import EagleDraftModel
+    from brwsim.llm.drafters.eagle_head._model import head_for
+
+    torch.manual_seed(1)
+    dm = EagleDraftModel(tiny_llama_source, head_for(tiny_llama_source.model), {"config": dataclasses.asdict(QUICK)})
+    with pytest.raises(BrwsimError) as e:
+        dm.context([1])
+    assert str(e.value) == "the eagle head needs a prompt of at least 2 tokens (it reads the target's features)"
+    with pytest.raises(BrwsimError) as e:
+        dm.context([1, 2], temperature=0.0)
+    assert str(e.value) == "temperature must be > 0, got 0.0"
+    ctx = dm.context([1, 2, 3, 4])
+    assert (ctx.passes, ctx.nodes, ctx.L, ctx.vocab) == (1, 0, 4, 11) and ctx.known(()) is None
+    assert tuple(ctx.features.shape) == (3, 16)
+    assert np.allclose(ctx.root, dm.teacher_forced_rows([1, 2, 3, 4, 0])[-1], atol=1e-5)
+    assert ctx.moved.bytes == 11 * 4 and ctx.moved.nodes == 1
+    rows = ctx.logprobs([(5, 6), (5,), (7,)])
+    assert ctx.passes == 3 and ctx.nodes == 3 and set(ctx.slot) == {(5,), (5, 6), (7,)}
+    assert np.allclose(np.exp(rows).sum(1), 1.0, atol=1e-5) and not np.allclose(rows[0], rows[1])
+    ctx.forget([(), (5,)])
+    assert (5,) not in ctx.answers and () in ctx.answers and (5,) in ctx.slot
+    again = ctx.logprobs([(5,)])
+    assert ctx.passes == 4 and np.allclose(again[0], rows[1], atol=1e-5)
+    assert np.allclose(ctx.logprobs([(5, 6)]), rows[:1]) and ctx.passes == 4
+    hot = dm.context([1, 2, 3, 4], temperature=2.0)
+    from brwsim.llm.sources import temper
+
+    assert np.allclose(hot.root, temper(ctx.root[None], 2.0)[0], atol=1e-5) and not np.allclose(hot.root, ctx.root)
