@@ -3328,3 +3328,107 @@ def test_the_heads_context_passes_rows_and_refusals(tiny_llama_source):
     from brwsim.llm.sources import temper
 
     assert np.allclose(hot.root, temper(ctx.root[None], 2.0)[0], atol=1e-5) and not np.allclose(hot.root, ctx.root)
+
+
+def test_requests_are_split_into_passes_of_at_most_max_tokens():
+    from brwsim.llm.sources._packed import split_run
+
+    passes = []
+
+    def one(group):
+        passes.append(list(group))
+        return [10 * r for r in group]
+
+    assert split_run([3, 2, 4, 1, 5], lambda r: r, 5, one) == [30, 20, 40, 10, 50]
+    assert passes == [[3, 2], [4, 1], [5]]
+    passes.clear()
+    assert split_run([7, 1, 6], lambda r: r, 5, one) == [70, 10, 60] and passes == [[7], [1], [6]]
+    passes.clear()
+    assert split_run([], lambda r: r, 5, one) == [] and passes == []
+
+
+@needs_llm
+def test_the_packed_engines_shape_counts_and_window(tiny_llama_source):
+    import torch
+    from tiny_llm import tiny_gemma3
+
+    from brwsim.llm.sources._hf import HFSource
+    from brwsim.llm.sources._packed import Open
+
+    eng = tiny_llama_source.engine
+    assert (eng.heads, eng.kv_heads, eng.head_dim, eng.window, eng.softcap, eng.max_tokens) == (
+        2,
+        1,
+        8,
+        None,
+        None,
+        1024,
+    )
+    assert eng.scale == pytest.approx(8**-0.5) and eng.dtype == torch.float32 and len(eng.layers) == 3
+    assert eng.tokens(Open([1, 2, 3])) == 3
+    passes, run = eng.passes, eng.tokens_run
+    eng.max_tokens = 3
+    try:
+        out = eng.run([Open([1, 2, 3], hidden=True), Open([4, 5])])
+    finally:
+        eng.max_tokens = 1024
+    assert eng.passes == passes + 2 and eng.tokens_run == run + 5
+    (kv, lp, hidden), (kv2, lp2, none) = out
+    assert tuple(hidden.shape) == (2, 16) and none is None and kv.prompt_len == 3 and kv2.prompt_len == 2
+    assert lp.shape == (11,) and lp.dtype == np.float32 and np.allclose(np.exp(lp).sum(), 1.0, atol=1e-5)
+    ctx = tiny_llama_source.open([1, 2, 3])
+    assert np.allclose(lp, ctx.root, atol=1e-6)
+    logits = eng._decode(torch.randn(2, 16))
+    eng.softcap = 0.5
+    try:
+        capped = eng._decode(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 100)
+    finally:
+        eng.softcap = None
+    assert logits.shape == (2, 11) and capped.abs().max() <= 0.5 and capped.abs().max() > 0.4
+    g = HFSource(tiny_gemma3(11, n_layers=2, window=4), None, name="g", threads=1, device="cpu")
+    assert g.engine.window == 4
+    g.open([1, 2, 3, 4])
+    with pytest.raises(BrwsimError) as e:
+        g.open([1, 2, 3, 4, 5])
+    assert str(e.value) == (
+        "a tree node at position 4 is past this model's sliding attention window (4 tokens), "
+        "which the packed engine does not mask: lower --max-prompt-tokens or P"
+    )
+
+
+def test_the_source_interfaces_defaults_and_a_wrappers_bookkeeping():
+    from brwsim.llm.sources import NodeQuery
+    from brwsim.llm.sources._base import Walker, WrappedWalker, Wrapper
+
+    src = _rows_source()
+    src.load_seconds, src.forward_seconds, src.forward_calls = 1.5, 2.5, 3
+    assert src.decode([np.int64(4), 2]) == "4 2"
+
+    class W(Wrapper):
+        def open(self, ids):
+            return self.inner.open(ids)
+
+    w = W(src)
+    assert (w.name, w.vocab_size, w.eos_ids) == ("rows", 4, frozenset({1, 3}))
+    assert (w.load_seconds, w.forward_seconds, w.forward_calls) == (1.5, 2.5, 3) and w.decode([1]) == "1"
+    assert w.encode("ab") == [2, 2]
+    ctx = _Rows.make()
+    assert ctx.known(()) is None and ctx.forget([()]) is None and ctx.transfer() is None
+    assert ctx.device_rows([()]) is None and isinstance(ctx.walker(2), Walker)
+    walker = ctx.walker(2)
+    with pytest.raises(ValueError) as e:
+        walker.step([1])
+    assert str(e.value) == "walker has 2 rows, got 1 tokens"
+    assert walker.device_step([1, 2]) is None and walker.prefixes == [(), ()]
+    a = walker.query([1, np.int64(2)], NodeQuery(K=1))
+    assert walker.prefixes == [(1,), (2,)] and a.ids.shape == (2, 1)
+    walker.keep([1])
+    assert walker.prefixes == [(2,)]
+    ww = WrappedWalker(ctx, ctx.walker(2))
+    assert ww.device_step([0, 0]) is None and ww.rows("x") == "x"
+    got = ww.step([0, 1])
+    assert ww.prefixes == [(0,), (1,)] and ww.inner.prefixes == [(0,), (1,)] and got.shape == (2, 4)
+    ww.keep([1])
+    assert ww.prefixes == [(1,)] and ww.inner.prefixes == [(1,)]
+    q = ww.query([2], NodeQuery(K=4))
+    assert ww.prefixes == [(1, 2)] and q.ids[0].tolist() == list(np.argsort(-_Rows.row((1, 2)), kind="stable"))
