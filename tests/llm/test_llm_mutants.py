@@ -3432,3 +3432,37 @@ def test_the_source_interfaces_defaults_and_a_wrappers_bookkeeping():
     assert ww.prefixes == [(1,)] and ww.inner.prefixes == [(1,)]
     q = ww.query([2], NodeQuery(K=4))
     assert ww.prefixes == [(1, 2)] and q.ids[0].tolist() == list(np.argsort(-_Rows.row((1, 2)), kind="stable"))
+
+
+def test_a_drafters_cost_fraction_and_its_needs():
+    from brwsim.llm.drafters import open_drafter
+    from brwsim.llm.drafters._base import NO_PASS, Drafter, PassFootprint
+    from brwsim.llm.sources import TransformersModel
+
+    class D(Drafter):
+        name, info = "d", {}
+
+        @classmethod
+        def open(cls, spec, target, log=None):
+            return cls()
+
+    d = D()
+    assert d.footprint() is None and d.cost_fraction() is None and d.timing_source() is None
+    assert d.pass_timer(4) is None and d.target_bits == 32.0 and d.device == "cpu" and d.target_footprint is None
+    d.footprint = lambda: NO_PASS
+    assert d.cost_fraction() == 0.0
+    fp, tf = PassFootprint(((100.0, 8.0),), 2, 1, 4), PassFootprint(((1000.0, None),), 4, 2, 4)
+    d.footprint, d.target_footprint = (lambda: fp), tf
+    assert d.cost_fraction(context=9) == (100 + 2 * 4 * 10) / (4000 + 4 * 4 * 10)
+    assert d.cost_fraction(context=9, bytes_per_param=2) == (100 + 2 * 2 * 10) / (2000 + 4 * 2 * 10)
+    d.target_bits = 16.0
+    assert d.cost_fraction() == (100 + 2 * 2 * 257) / (2000 + 4 * 2 * 257)
+    d.target_footprint = None
+    assert d.cost_fraction() is None
+    doc = (TransformersModel.__doc__ or "").strip()
+    with pytest.raises(BrwsimError) as e:
+        open_drafter("layerskip:skip=1", types.SimpleNamespace(name="rows.npz"))
+    assert str(e.value) == (
+        f"drafter 'layerskip:skip=1' needs a target with TransformersModel ({doc}); 'rows.npz' has "
+        "not: use a model name, directory or .gguf, not a saved-logits file"
+    )
