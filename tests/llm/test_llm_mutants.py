@@ -3466,3 +3466,77 @@ def test_a_drafters_cost_fraction_and_its_needs():
         f"drafter 'layerskip:skip=1' needs a target with TransformersModel ({doc}); 'rows.npz' has "
         "not: use a model name, directory or .gguf, not a saved-logits file"
     )
+
+
+# --- the seed-3 sample's survivors: a multi-process run's exchange, an interrupted run's settings, a bfloat16 mask
+
+
+def test_a_multi_process_measurement_stops_only_on_a_posted_signal(monkeypatch):
+    from brwsim.llm import run
+    from brwsim.llm.sources._prompts import Prompt
+
+    def measure(source, drafters, p, P_max, st, rates):
+        return types.SimpleNamespace(prompt=p, n_tokens=1, seconds=0.0), []
+
+    calls = []
+    monkeypatch.setattr(run, "measure_prompt_drafters", measure)
+    monkeypatch.setattr(run.processes, "count", lambda: 2)
+    monkeypatch.setattr(run.processes, "index", lambda: 0)
+    monkeypatch.setattr(run.processes, "share", lambda items: items[0::2])
+    monkeypatch.setattr(run.processes, "stop_posted", lambda: None)
+    monkeypatch.setattr(run.interrupts, "received", lambda: None)
+    monkeypatch.setattr(run.interrupts, "settle", lambda: calls.append("settle"))
+    monkeypatch.setattr(run.interrupts, "agree", lambda p, s: calls.append(("agree", p, s)))
+    sent = []
+    other = {"part": ([], None)}
+
+    def gather(obj):
+        sent.append(obj)
+        return [obj, other["part"]]
+
+    monkeypatch.setattr(run.processes, "gather", gather)
+    items = [Prompt("a", str(i), "x") for i in range(3)]
+    opts = run.RunOptions(prompt_batch=1)
+    by_task, interrupted = run._measure("src", [], [], items, 2, opts, None)
+    assert interrupted is False and calls == ["settle"] and [r.prompt.id for r, _ in by_task["a"]] == ["0", "2"]
+    ((mine, stop),) = sent
+    assert stop is None and [(i, r.prompt.id) for i, r, _ in mine] == [(0, "0"), (2, "2")]
+    calls.clear()
+    late = types.SimpleNamespace(prompt=Prompt("a", "1", "x"))
+    other["part"] = ([(1, late, [])], (1, 15))
+    by_task, interrupted = run._measure("src", [], [], items, 2, opts, None)
+    assert interrupted is True and calls == [("agree", 1, 15)]
+    assert [r.prompt.id for r, _ in by_task["a"]] == ["0", "1", "2"]
+    monkeypatch.setattr(run.interrupts, "received", lambda: 2)
+    sent.clear()
+    run._measure("src", [], [], items[:1], 2, opts, None)
+    assert sent[0][1] == (0, 2)
+
+
+def test_an_interrupted_run_records_how_many_prompts_finished(monkeypatch):
+    from brwsim.llm import run
+    from brwsim.llm.sources._prompts import Prompt
+
+    src = types.SimpleNamespace(
+        name="src", vocab_size=4, forward_seconds=0.0, load_seconds=0.5, encode=lambda text: [1]
+    )
+    items = [Prompt("a", str(i), "x") for i in range(3)]
+    opts = run.RunOptions(n=3, walks=6).checked()
+    for stopped in (True, False):
+        monkeypatch.setattr(run, "_measure", lambda *a, stopped=stopped: ({}, stopped))
+        r = run._run(opts, items, src, None, ([], []))
+        assert (r.model, r.vocab_size, r.tasks, r.timing.load_seconds) == ("src", 4, [], 0.5)
+        extra = {"interrupted": True, "prompts_finished": 0, "prompts_requested": 3} if stopped else {}
+        assert r.settings == opts.to_dict() | extra
+
+
+@needs_llm
+def test_an_additive_mask_has_the_models_dtype():
+    import torch
+
+    from brwsim.llm.sources._device import additive_mask
+
+    allowed = torch.tensor([[True, False], [True, True]])
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        m = additive_mask(allowed, dtype)
+        assert m.dtype == dtype and m.tolist() == [[0.0, torch.finfo(dtype).min], [0.0, 0.0]]
