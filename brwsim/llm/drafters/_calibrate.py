@@ -63,19 +63,32 @@ def row_divergences(lp: np.ndarray, lq: np.ndarray) -> np.ndarray:
     return np.stack([ce, ce - H, tv, top, H], axis=-1)
 
 
+DIVERGENCE_ROWS = 8  # rows of device_divergences' float64 temporaries at a time (they stay in cache)
+
+
 def device_divergences(lp, lq) -> np.ndarray:
     """:func:`row_divergences` of two torch tensors ``f32[n, V]`` on the same device, computed there (float64
-    sums; only the ``[n, 5]`` result crosses to the host)."""
+    sums; only the ``[n, 5]`` result crosses to the host).
+
+    :data:`DIVERGENCE_ROWS` rows at a time, four float64 temporaries of that size reused in place: each row's
+    terms and its sum are the same as over the whole block at once (every step is per element, and each row's sum
+    is its own reduction), at a sixth of the time on this CPU for SmolLM2's 49,152-wide rows."""
     import torch
 
+    out = []
     with torch.inference_mode():
-        lp, lq = lp.double(), lq.double()
-        p = torch.exp(lp)
-        H = -(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum(-1)
-        ce = -(p * torch.clamp(lq, min=-1e30)).sum(-1)
-        tv = 0.5 * torch.abs(p - torch.exp(lq)).sum(-1)
-        top = (torch.argmax(lq, -1) == torch.argmax(lp, -1)).double()
-        return torch.stack([ce, ce - H, tv, top, H], dim=-1).cpu().numpy()
+        for s in range(0, lp.shape[0], DIVERGENCE_ROWS):
+            lp_s, lq_s = lp[s : s + DIVERGENCE_ROWS], lq[s : s + DIVERGENCE_ROWS]
+            a, b = lp_s.double(), lq_s.double()
+            p = torch.exp(a)
+            H = -a.masked_fill_(~(p > 0), 0.0).mul_(p).sum(-1)  # p log p, 0 where p is 0
+            q = torch.exp(b.clamp_(min=-1e30))  # exp(-1e30) = exp(-inf) = 0
+            ce = -b.mul_(p).sum(-1)
+            tv = 0.5 * q.sub_(p).abs_().sum(-1)  # |q - p| = |p - q|, bit for bit
+            # the argmax of the float32 rows: the float64 copies order (and tie) the entries the same
+            top = (torch.argmax(lq_s, -1) == torch.argmax(lp_s, -1)).double()
+            out.append(torch.stack([ce, ce - H, tv, top, H], dim=-1))
+        return torch.cat(out).cpu().numpy() if out else np.zeros((0, 5))
 
 
 def calibrate(target, draft: DraftModel, ids: Sequence[int], T: float = 1.0, K: int = 128, target_rows=None):

@@ -163,3 +163,33 @@ def test_walk_divergences_stay_on_the_device(tiny, T):
     want = row_divergences(host.logprobs(every), stats.views[0].logprobs(every))
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
     assert len(every) == 4 + sum(len(t) - 1 for t in w.tokens)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 21])
+def test_device_divergences_bit_identical_to_the_whole_block(n):
+    """A few rows at a time, in place, gives each row's five numbers bit for bit as the whole block in float64 at
+    once (the formula written out), with -inf entries on either side, a probability that underflows to 0 in
+    float64 and ties at the maximum."""
+    torch = pytest.importorskip("torch")
+    from brwsim.llm.drafters._calibrate import device_divergences
+
+    g = torch.Generator().manual_seed(n)
+    a = torch.randn(n, 300, generator=g) * 3
+    lp = torch.log_softmax(a, -1)
+    lq = torch.log_softmax(a + torch.randn(n, 300, generator=g), -1)
+    lq[0, :100] = -float("inf")
+    lp[-1, 200:] = -float("inf")
+    lp[0, 5] = -800.0  # exp underflows to 0 in float64
+    lq[n // 2, 3] = lq[n // 2, 4] = lq[n // 2].max()  # tied maxima: argmax takes the first either way
+    with torch.inference_mode():
+        P, Q = lp.double(), lq.double()
+        p = torch.exp(P)
+        H = -(p * torch.where(p > 0, P, torch.zeros_like(P))).sum(-1)
+        ce = -(p * torch.clamp(Q, min=-1e30)).sum(-1)
+        tv = 0.5 * torch.abs(p - torch.exp(Q)).sum(-1)
+        top = (torch.argmax(Q, -1) == torch.argmax(P, -1)).double()
+        want = torch.stack([ce, ce - H, tv, top, H], dim=-1).numpy()
+    got = device_divergences(lp, lq)
+    assert got.shape == (n, 5) and got.dtype == np.float64
+    assert np.array_equal(got, want), np.abs(got - want).max()
+    assert device_divergences(lp[:0], lq[:0]).shape == (0, 5)
