@@ -3540,3 +3540,68 @@ def test_an_additive_mask_has_the_models_dtype():
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         m = additive_mask(allowed, dtype)
         assert m.dtype == dtype and m.tolist() == [[0.0, torch.finfo(dtype).min], [0.0, 0.0]]
+
+
+# --- the seed-4 sample's survivors: a low-bit Spec opened unchecked, the forward's cache keyword, tempering rows far
+# --- apart on the device, the head's loss per depth
+
+
+@needs_llm
+def test_a_low_bit_spec_opened_directly_still_needs_an_integer(tiny_llama_source):
+    from brwsim._spec import Spec
+    from brwsim.llm.drafters.lowbit import LowBit
+
+    with pytest.raises(BrwsimError) as e:
+        LowBit.open(Spec("lowbit", {"bits": "2.5"}, "lowbit:bits=2.5", "drafter"), tiny_llama_source)
+    assert str(e.value) == "drafter 'lowbit:bits=2.5': bits must be an integer, got '2.5'"
+
+
+@needs_llm
+def test_a_models_forward_takes_the_cache_under_its_own_keyword(tiny_llama_source):
+    import inspect
+
+    from brwsim.llm.sources._device import with_cache
+
+    m = tiny_llama_source.model
+    key = "cache" if "cache" in inspect.signature(type(m).forward).parameters else "past_key_values"
+    assert with_cache(m, 7) == {key: 7}
+
+    def plain(x, past_key_values=None): ...
+
+    assert with_cache(plain, 8) == {"past_key_values": 8}
+
+
+@needs_llm
+def test_rows_far_apart_are_tempered_each_on_its_own_scale():
+    import torch
+
+    from brwsim.llm.sources._query import temper, temper_tensor
+
+    rows = np.array([[0.0, -1.0, -2.0], [-2000.0, -2001.0, -2000.5]], np.float32)
+    got = temper_tensor(torch.tensor(rows), 0.5).numpy()
+    assert np.isfinite(got).all() and np.allclose(got, temper(rows, 0.5), atol=1e-6)
+    assert np.allclose(np.exp(got).sum(1), 1.0)
+
+
+@needs_llm
+def test_the_heads_loss_reports_each_depths_terms(tiny_llama_source):
+    import dataclasses
+
+    import torch
+
+    from brwsim.llm.drafters.eagle_head import QUICK
+    from brwsim.llm.drafters.eagle_head._model import head_for
+    from brwsim.llm.drafters.eagle_head._target import decode, features
+    from brwsim.llm.drafters.eagle_head._unroll import loss
+
+    m = tiny_llama_source.model
+    torch.manual_seed(0)
+    head = head_for(m, 2.0)
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8], [2, 3, 4, 5, 6, 7, 8, 9]])
+    f = features(m, ids)
+    tops = torch.topk(decode(m, f), 4, dim=-1).indices
+    cfg = dataclasses.replace(QUICK, unroll=3, seq_len=8, noise=0.0, w_feat=1.0, w_kl=0.5)
+    with torch.no_grad():
+        total, parts = loss(head, m, f, ids, tops, cfg)
+    assert len(parts) == 3 and all(isinstance(a, float) and isinstance(b, float) and a > 0 and b > 0 for a, b in parts)
+    assert float(total) == pytest.approx(sum(1.0 * a + 0.5 * b for a, b in parts) / 3, rel=1e-5)
