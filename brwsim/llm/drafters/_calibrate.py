@@ -63,29 +63,36 @@ def row_divergences(lp: np.ndarray, lq: np.ndarray) -> np.ndarray:
     return np.stack([ce, ce - H, tv, top, H], axis=-1)
 
 
-DIVERGENCE_ROWS = 8  # rows of device_divergences' float64 temporaries at a time (they stay in cache)
+DIVERGENCE_ROWS = 8  # rows of device_divergences' float64 temporaries at a time on a one-thread CPU
 
 
 def device_divergences(lp, lq) -> np.ndarray:
     """:func:`row_divergences` of two torch tensors ``f32[n, V]`` on the same device, computed there (float64
     sums; only the ``[n, 5]`` result crosses to the host).
 
-    :data:`DIVERGENCE_ROWS` rows at a time, four float64 temporaries of that size reused in place: each row's
-    terms and its sum are the same as over the whole block at once (every step is per element, and each row's sum
-    is its own reduction), at a sixth of the time on this CPU for SmolLM2's 49,152-wide rows."""
+    On a CPU with one torch thread (as the experiments run), :data:`DIVERGENCE_ROWS` rows at a time, their float64
+    temporaries reused in place and kept in cache: each row's terms and its sum are then the same bits as over the
+    whole block at once (every step is per element, and one thread sums each row as its own reduction), at about a
+    sixth of the time for SmolLM2's 49,152-wide rows. With more threads or on another device the whole block at
+    once: there the split of a sum over threads or a GPU's blocks can depend on how many rows are reduced."""
     import torch
 
+    if lp.shape != lq.shape:
+        raise ValueError(f"device_divergences: rows of shapes {tuple(lp.shape)} and {tuple(lq.shape)}")
+    one_thread = lp.device.type == "cpu" and torch.get_num_threads() == 1
+    step = DIVERGENCE_ROWS if one_thread else max(1, lp.shape[0])
     out = []
     with torch.inference_mode():
-        for s in range(0, lp.shape[0], DIVERGENCE_ROWS):
-            lp_s, lq_s = lp[s : s + DIVERGENCE_ROWS], lq[s : s + DIVERGENCE_ROWS]
-            a, b = lp_s.double(), lq_s.double()
+        for s in range(0, lp.shape[0], step):
+            lp_s, lq_s = lp[s : s + step], lq[s : s + step]
+            a = lp_s.to(torch.float64, copy=True)  # copies: the caller's rows are never written
+            b = lq_s.to(torch.float64, copy=True)
             p = torch.exp(a)
             H = -a.masked_fill_(~(p > 0), 0.0).mul_(p).sum(-1)  # p log p, 0 where p is 0
             q = torch.exp(b.clamp_(min=-1e30))  # exp(-1e30) = exp(-inf) = 0
             ce = -b.mul_(p).sum(-1)
             tv = 0.5 * q.sub_(p).abs_().sum(-1)  # |q - p| = |p - q|, bit for bit
-            # the argmax of the float32 rows: the float64 copies order (and tie) the entries the same
+            # the argmax of the rows as given: their float64 copies order (and tie) the entries the same
             top = (torch.argmax(lq_s, -1) == torch.argmax(lp_s, -1)).double()
             out.append(torch.stack([ce, ce - H, tv, top, H], dim=-1))
         return torch.cat(out).cpu().numpy() if out else np.zeros((0, 5))

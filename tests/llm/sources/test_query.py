@@ -181,6 +181,17 @@ def test_device_divergences_bit_identical_to_the_whole_block(n):
     lp[-1, 200:] = -float("inf")
     lp[0, 5] = -800.0  # exp underflows to 0 in float64
     lq[n // 2, 3] = lq[n // 2, 4] = lq[n // 2].max()  # tied maxima: argmax takes the first either way
+    want = _divergences_whole(lp, lq)
+    got = device_divergences(lp, lq)
+    assert got.shape == (n, 5) and got.dtype == np.float64
+    assert np.array_equal(got, want), np.abs(got - want).max()
+    assert device_divergences(lp[:0], lq[:0]).shape == (0, 5)
+
+
+def _divergences_whole(lp, lq):
+    """The five numbers of every row over the whole block at once, in float64 (the formula written out)."""
+    import torch
+
     with torch.inference_mode():
         P, Q = lp.double(), lq.double()
         p = torch.exp(P)
@@ -188,8 +199,32 @@ def test_device_divergences_bit_identical_to_the_whole_block(n):
         ce = -(p * torch.clamp(Q, min=-1e30)).sum(-1)
         tv = 0.5 * torch.abs(p - torch.exp(Q)).sum(-1)
         top = (torch.argmax(Q, -1) == torch.argmax(P, -1)).double()
-        want = torch.stack([ce, ce - H, tv, top, H], dim=-1).numpy()
-    got = device_divergences(lp, lq)
-    assert got.shape == (n, 5) and got.dtype == np.float64
+        return torch.stack([ce, ce - H, tv, top, H], dim=-1).numpy()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_device_divergences_leave_float64_rows_alone_and_match_at_any_thread_count(threads):
+    """Rows already in float64 are read, never written (the float64 copies are the method's own), and the numbers
+    match the whole block's bit for bit with one torch thread or two, on rows wide enough (49,152) for torch to
+    split a sum over threads and a row count that leaves one row past the last block of eight."""
+    torch = pytest.importorskip("torch")
+    from brwsim.llm.drafters._calibrate import device_divergences
+
+    g = torch.Generator().manual_seed(9)
+    a = torch.randn(9, 49152, generator=g, dtype=torch.float64) * 3
+    lp = torch.log_softmax(a, -1)
+    lq = torch.log_softmax(a + torch.randn(9, 49152, generator=g, dtype=torch.float64), -1)
+    lq[0, :1000] = -float("inf")
+    keep_p, keep_q = lp.clone(), lq.clone()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        want = _divergences_whole(lp, lq)
+        got = device_divergences(lp, lq)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(lp, keep_p) and torch.equal(lq, keep_q)
     assert np.array_equal(got, want), np.abs(got - want).max()
-    assert device_divergences(lp[:0], lq[:0]).shape == (0, 5)
+    assert got[:, 3].tolist() == (torch.argmax(lq, -1) == torch.argmax(lp, -1)).double().tolist()
+    with pytest.raises(ValueError, match=r"rows of shapes \(9, 49152\) and \(8, 49152\)"):
+        device_divergences(lp, lq[:8])
