@@ -1048,6 +1048,7 @@ def test_laws_prints_its_table_by_default(monkeypatch, capsys):
     _laws.print_summary(d)
     table = capsys.readouterr().out
     assert table.startswith("law L   i.i.d., V = 3\n") and table == table[: len(table) // 2] * 2
+    assert all(line.strip() for line in table.splitlines())  # no groups of bound columns: no blank line naming them
 
 
 # --- brwsim llm, whole ----------------------------------------------------------------------------------------------
@@ -1065,7 +1066,6 @@ task code: 2 prompts, mu = 0.5000 +- 0.0625, mu_2 = 1.2500 +- 0.1250 (nats, alon
 bounds nor predictions
 drafters of code
 task prose: 1 prompts, mu = nan +- nan, mu_2 = nan +- nan (nats, along 0 sampled continuations)
-                                \x20
     P    oracle   +-95% surrogate
     2    0.2500  0.0625         -
 drafters of prose

@@ -122,7 +122,8 @@ def print_summary(d: dict) -> None:
             print(f"{r['t']:>8.3f} {r['N']:>12.2f} {r['value']:>11.4f}")
     print(d["convention"])
     groups = bound_groups(d["results"])
-    print(group_header(7, groups))
+    if groups:
+        print(group_header(7, groups))
     print(f"{'P':>7}" + bound_header(groups) + f"  {'dual est +- se':>18}")
     for r in d["results"]:
         print(f"{r['P']:>7}" + bound_cells(r, groups) + f"  {r['dual_estimate']:>9.4f} +- {r['dual_se']:.4f}")

@@ -47,7 +47,8 @@ def print_llm(r: RunResult, out=None) -> None:
         )
         groups = bound_groups([row.bounds for row in t.rows])
         head = f"{'P':>5} {'oracle':>9} {'+-95%':>7} {'surrogate':>9}"
-        print(group_header(len(head), groups), file=out)
+        if groups:  # a line naming the bound columns' groups, where there are any
+            print(group_header(len(head), groups), file=out)
         print(head + bound_header(groups), file=out)
         for row in t.rows:
             line = f"{row.P:>5} {fmt(row.mean)} {fmt(row.ci95, 7)} {fmt(row.surrogate)}"
