@@ -177,7 +177,7 @@ NATIVE_MUTATIONS = [
     ("top_k: >= the threshold (one by one, near the buffer's cut)", "if (w[t] > thr) {", "if (w[t] >= thr) {"),
     ("top_k: >= the threshold (AVX-512, sixteen at a time)", "_mm512_set1_ps(thr), _CMP_GT_OQ);",
      "_mm512_set1_ps(thr), _CMP_GE_OQ);"),
-    ("top_k (AVX-512): packed past the buffer's cut", "if (n + cnt < cap) {", "if (n + cnt <= cap + 16) {"),
+    ("top_k (AVX-512): a packed block's last entry dropped", "n += cnt;", "n += cnt - (cnt > 0);"),
     ("dirichlet accept (AVX-512): a block's rejected entries kept", "filled += __builtin_popcount(unsigned(m));",
      "filled += 16;"),
     ("dirichlet accept (AVX-512): the acceptance of the block's previous sixteen",

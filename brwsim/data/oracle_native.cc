@@ -920,7 +920,7 @@ static inline int64_t accept_into(float* __restrict w, int64_t filled, const flo
   return filled;
 }
 
-// log-weights of the dirichlet row: w[0..V)
+// log-weights of the dirichlet row: w[0..V) (w holds V + 2 TB floats at least: a block's variates are stored whole)
 static void dirichlet_weights(const Drawn& L, uint32_t k0, uint32_t k1, float* __restrict w) {
   const int64_t V = L.V;
   alignas(64) float z[2 * TB], u[2 * TB], x[2 * TB];
@@ -1057,7 +1057,7 @@ static void top_k(const float* __restrict w, int64_t V, int64_t K, float* __rest
     }
   };
   for (; i < V && (i & 15); i++) take(i, i + 1);
-  for (; i + 16 <= V; i += 16) {  // sixteen entries a vector compare; the rare ones above the threshold one by one
+  for (; i + 16 <= V; i += 16) {  // sixteen entries a compare; those above the threshold packed (AVX-512) or one by one
 #ifdef __AVX512F__
     // those above it packed into the buffer at once, unless the buffer would fill (then one by one, so that it is cut
     // back at the same entries)
