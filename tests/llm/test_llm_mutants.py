@@ -2752,6 +2752,10 @@ def test_the_heads_schedule_cache_entry_and_its_refusals(tmp_path, monkeypatch):
     with pytest.raises(BrwsimError) as e:
         _train.load(m, dest)
     assert str(e.value) == f"cached eagle head {dest} is unreadable (KeyError); delete it to retrain"
+    for junk in (b"junk", b"", b"PK\x03\x04 cut"):  # damaged files: torch.load's own errors, one line each
+        (dest / "head.pt").write_bytes(junk)
+        with pytest.raises(BrwsimError, match=r"is unreadable \(\w+\); delete it to retrain$"):
+            _train.load(m, dest)
     (dest / "meta.json").unlink()
     assert _train.load(m, dest) is None
 
