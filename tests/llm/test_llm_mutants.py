@@ -3159,12 +3159,16 @@ def test_what_the_head_borrows_from_its_target_and_its_refusals(tiny_llama_sourc
     layers, norm, head, emb, rot = _target.parts(m)
     assert layers is m.model.layers and norm is m.model.norm and head is m.lm_head and emb is m.model.embed_tokens
     assert rot is m.model.rotary_emb
-    with pytest.raises(BrwsimError) as e:
-        _target.parts(types.SimpleNamespace(get_output_embeddings=lambda: 1, get_input_embeddings=lambda: 1))
-    assert str(e.value) == (
-        "the eagle head needs a decoder-only model with model.layers, model.norm, model.rotary_emb, "
-        "token embeddings and an LM head; SimpleNamespace has not"
-    )
+    inner = types.SimpleNamespace(layers=1, norm=1, rotary_emb=1)
+    for bad in (types.SimpleNamespace(get_output_embeddings=lambda: 1, get_input_embeddings=lambda: 1),
+                types.SimpleNamespace(model=inner, get_input_embeddings=lambda: 1),  # no LM head getter
+                types.SimpleNamespace(model=inner, get_output_embeddings=lambda: 1)):  # fmt: skip
+        with pytest.raises(BrwsimError) as e:
+            _target.parts(bad)
+        assert str(e.value) == (
+            "the eagle head needs a decoder-only model with model.layers, model.norm, model.rotary_emb, "
+            "token embeddings and an LM head; SimpleNamespace has not"
+        )
     ids = torch.tensor([[1, 2, 3]])
     f = _target.features(m, ids)
     out = m(input_ids=ids)

@@ -13,7 +13,10 @@ def parts(model):
     """(decoder layers, final norm, LM head, token embeddings, rotary embedding) of a Llama-style causal LM."""
     inner = getattr(model, "model", None)
     got = [getattr(inner, n, None) for n in ("layers", "norm")]
-    got += [model.get_output_embeddings(), model.get_input_embeddings(), getattr(inner, "rotary_emb", None)]
+    for name in ("get_output_embeddings", "get_input_embeddings"):  # (a model without them has none to give)
+        getter = getattr(model, name, None)
+        got.append(getter() if callable(getter) else None)
+    got.append(getattr(inner, "rotary_emb", None))
     if any(g is None for g in got):
         raise BrwsimError(
             f"the eagle head needs a decoder-only model with model.layers, model.norm, model.rotary_emb, "
