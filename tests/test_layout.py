@@ -186,3 +186,7 @@ def test_every_hand_written_mutation_still_applies():
     ]
     assert not stale, f"mutations whose line is not in the code exactly once (name, count): {stale}"
     assert all(e[2] != e[3] for e in entries)
+    native = (ROOT / mc.NATIVE).read_text()  # the C++ kernel's mutants: (name, old line, new line)
+    stale = [(name, native.count(old)) for name, old, _ in mc.NATIVE_MUTATIONS if native.count(old) != 1]
+    assert not stale, f"native mutations whose line is not in {mc.NATIVE} exactly once (name, count): {stale}"
+    assert all(old != new for _, old, new in mc.NATIVE_MUTATIONS)
