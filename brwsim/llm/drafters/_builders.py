@@ -3,6 +3,7 @@ are the tree at P): top-P-by-Q, the greedy chain, EAGLE-2's dynamic tree, Sequoi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -101,10 +102,18 @@ def sequoia_nodes(view: DraftView, rates, P: int, eos=frozenset()) -> list[tuple
     return realize_rank_paths(view, sequoia_dp(np.asarray(rates)[:P], P, None)[1], eos)
 
 
+@functools.lru_cache(maxsize=256)
+def _sequoia_paths(rates: bytes, P: int) -> tuple[tuple[int, ...], ...]:
+    """Sequoia's rank paths at P for the float64 rates given as bytes: its dynamic program depends on the
+    drafter's rates alone (one per drafter, the same on every prompt), so it runs once per drafter and P."""
+    return tuple(sequoia_dp(np.frombuffer(rates, np.float64), P, None)[1])
+
+
 def sequoia_trees(view: DraftView, rates, P_max: int, P_check: int, eos=frozenset()) -> dict:
     """P -> Sequoia's tree at P, for P a power of two or P_max (its trees are not nested) and the check's
     budget; the drafter's rows of all of them asked together, level by level."""
     Ps = sorted({P for P in range(1, P_max + 1) if P & (P - 1) == 0 or P == P_max} | {P_check})
-    paths = {P: sequoia_dp(np.asarray(rates)[:P], P, None)[1] for P in Ps}
+    rates = np.asarray(rates, np.float64)
+    paths = {P: list(_sequoia_paths(rates[:P].tobytes(), P)) for P in Ps}
     realize_rank_paths(view, list(dict.fromkeys(r for P in Ps for r in paths[P])), eos)  # rows, in few passes
     return {P: realize_rank_paths(view, paths[P], eos) for P in Ps}

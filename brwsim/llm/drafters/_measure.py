@@ -28,6 +28,7 @@ X counts accepted draft tokens per verifier call (tokens per call = X + 1).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 import numpy as np
@@ -38,7 +39,7 @@ from ..sources._query import answer_tensor
 from ..sources.rounds import attributed, fork, phase
 from ._base import Drafter, Proposer
 from ._builders import EAGLE_DEPTH, EAGLE_TOP_K, ChainGuess, chain_nodes, eagle_nodes, sequoia_trees, topq_nodes
-from ._calibrate import device_divergences, row_divergences
+from ._calibrate import TargetSide, block_rows, device_divergences, row_divergences, target_side
 from ._values import PromptCheck, prefix_values, speculative_check, target_logP, warm_target
 from ._view import DraftView
 
@@ -59,6 +60,8 @@ class _StatsContext(Context):
     def __init__(self, inner: Context, views: list):
         self.inner, self.views = inner, views
         self.steps: list[tuple[list, object]] = []  # (prefixes, target rows: NumPy, or a device tensor) per step
+        self._side: TargetSide | None = None  # the recorded rows' own part of the divergences, once computed
+        self._side_lock = threading.Lock()
 
     @property
     def root(self):
@@ -82,17 +85,27 @@ class _StatsContext(Context):
         every = [p for prefixes, _ in self.steps for p in prefixes]
         if v is None or not every:
             return None
-        on_device = all(not isinstance(rows, np.ndarray) for _, rows in self.steps)
-        lq = v.device_rows(every) if on_device else None
-        if lq is not None and lq.device == self.steps[0][1].device:
-            from ..sources._device import _torch
-
-            return device_divergences(_torch().cat([rows for _, rows in self.steps]), lq)
+        if all(not isinstance(rows, np.ndarray) for _, rows in self.steps):
+            first = v.device_rows(every[:1])  # (the prompt's row: the walks' first step)
+            if first is not None and first.device == self.steps[0][1].device:
+                v.query(every, NodeQuery())  # the drafter's rows evaluated together (nothing asked back)
+                # taken a block at a time as the divergences read them: the rows are never copied together
+                k = block_rows(first.device, len(every))
+                lq = (v.device_rows(every[s : s + k]) for s in range(0, len(every), k))
+                return device_divergences([rows for _, rows in self.steps], lq, self._target_side())
         lq, at, out = v.logprobs(every), 0, []
         for prefixes, rows in self.steps:
             out.append(row_divergences(self._host(rows), lq[at : at + len(prefixes)]))
             at += len(prefixes)
         return np.concatenate(out)
+
+    def _target_side(self) -> TargetSide:
+        """:func:`target_side` of the recorded rows, computed once for all the drafters (their jobs run in threads
+        of their own: the first to ask computes it, in its own host time)."""
+        with self._side_lock:
+            if self._side is None or self._side.n != sum(len(prefixes) for prefixes, _ in self.steps):
+                self._side = target_side([rows for _, rows in self.steps])
+            return self._side
 
     def _host(self, rows) -> np.ndarray:
         if isinstance(rows, np.ndarray):

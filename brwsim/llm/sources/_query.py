@@ -178,7 +178,12 @@ class DeviceQuery:
         rows = self._rows(prefixes)
         if rows is None:
             return answer_rows(np.zeros((0, self.vocab), np.float32), q)
-        got = answer_tensor(torch.stack(rows), q)
+        if dataclasses.replace(q, T=1.0) == NodeQuery():  # nodes evaluated, nothing asked back
+            return NodeAnswer()
+        if _only_at(q):  # a few entries of each row: gathered where they are, the rows not copied together
+            got = answer_at(rows, q.at)
+        else:
+            got = answer_tensor(torch.stack(rows), q)
         if got.host_bytes:  # (a query that asks nothing back, to evaluate nodes, carries no answer)
             self.moved.add(got.host_bytes, len(rows))
         return got
@@ -250,6 +255,34 @@ def answer_rows(rows: np.ndarray, q: NodeQuery, host_bytes: int = 0) -> NodeAnsw
     return NodeAnswer(**out)
 
 
+def _only_at(q: NodeQuery) -> bool:
+    """Whether ``q`` asks for the log-probabilities of given tokens alone, in the rows as the model gives them."""
+    return q.at is not None and q == NodeQuery(at=q.at)
+
+
+def answer_at(rows, at) -> NodeAnswer:
+    """``at_logp`` of the ``(row, token)`` pairs ``at`` from ``rows``, a list of torch tensors ``f32[V]`` on one device
+    (:func:`answer_tensor`'s numbers for a query of ``at`` alone, without stacking the rows): each row's tokens
+    gathered where it lives, only those entries copied to the host."""
+    import torch
+
+    at = np.asarray(at, np.int64).reshape(-1, 2)
+    if not len(at):
+        return NodeAnswer(at_logp=np.zeros(0, np.float32))
+    if at.min() < 0 or at[:, 0].max() >= len(rows):
+        raise IndexError(f"answer_at: a pair's row or token is out of range ({len(rows)} rows)")
+    dev = rows[0].device
+    order = np.argsort(at[:, 0], kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(at[order, 0]) != 0])
+    with torch.inference_mode():
+        parts = [rows[int(at[order[s], 0])][torch.as_tensor(at[order[s:e], 1], device=dev)]
+                 for s, e in zip(starts, [*starts[1:], len(order)], strict=True)]  # fmt: skip
+        got = torch.cat(parts).cpu().numpy()
+    out = np.empty(len(at), np.float32)
+    out[order] = got
+    return NodeAnswer(at_logp=out, host_bytes=out.nbytes)
+
+
 def answer_tensor(logp, q: NodeQuery) -> NodeAnswer:
     """The answer to ``q`` computed where the torch tensor ``logp [B, V]`` (float32 log-probabilities) lives;
     only the asked results are copied to the host (counted in ``host_bytes``)."""
@@ -301,5 +334,5 @@ def answer_tensor(logp, q: NodeQuery) -> NodeAnswer:
     return NodeAnswer(**out, host_bytes=moved)
 
 
-__all__ = ["DeviceQuery", "HostQuery", "NodeAnswer", "NodeQuery", "Transfer", "answer_rows", "answer_tensor",
-           "inverse_cdf", "temper", "to_host", "top_k_rows"]  # fmt: skip
+__all__ = ["DeviceQuery", "HostQuery", "NodeAnswer", "NodeQuery", "Transfer", "answer_at", "answer_rows",
+           "answer_tensor", "inverse_cdf", "temper", "to_host", "top_k_rows"]  # fmt: skip

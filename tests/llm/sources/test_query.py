@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tiny_llm import tiny_llama
 
-from brwsim.llm.sources import NodeQuery, TempSource, answer_rows, temper
+from brwsim.llm.sources import NodeAnswer, NodeQuery, TempSource, answer_rows, temper
 
 pytestmark = pytest.mark.needs_llm
 
@@ -228,3 +228,80 @@ def test_device_divergences_leave_float64_rows_alone_and_match_at_any_thread_cou
     assert got[:, 3].tolist() == (torch.argmax(lq, -1) == torch.argmax(lp, -1)).double().tolist()
     with pytest.raises(ValueError, match=r"rows of shapes \(9, 49152\) and \(8, 49152\)"):
         device_divergences(lp, lq[:8])
+
+
+@pytest.mark.parametrize("cuts", [(9,), (1, 8), (3, 3, 3), (7, 2), (4, 5)])
+def test_device_divergences_of_row_parts_equal_those_of_the_whole_tensor(cuts):
+    """The target's rows as several tensors read one after another (a walk's steps; the first one the prompt's
+    row repeated, a stride-0 view), blocks straddling them, and the target's side computed once and passed in:
+    every number bit for bit that of the rows as one tensor."""
+    torch = pytest.importorskip("torch")
+    from brwsim.llm.drafters._calibrate import device_divergences, target_side
+
+    g = torch.Generator().manual_seed(sum(cuts))
+    lp = torch.log_softmax(torch.randn(9, 300, generator=g) * 3, -1)
+    lp[: cuts[0]] = lp[0]  # the first part: one row repeated
+    lq = torch.log_softmax(torch.randn(9, 300, generator=g) * 3, -1)
+    lq[4, :50] = -float("inf")
+    parts, at = [lp[0].expand(cuts[0], 300)], cuts[0]
+    for c in cuts[1:]:
+        parts.append(lp[at : at + c].clone())
+        at += c
+    want = _divergences_whole(lp, lq)
+    side = target_side(parts)
+    assert side.n == 9
+    blocks = lambda k: (lq[s : s + k] for s in range(0, 9, k))  # noqa: E731 - the drafter's rows block by block
+    for got in (device_divergences(parts, lq), device_divergences(parts, lq, side), device_divergences(lp, lq, side),
+                device_divergences(parts, blocks(8), side), device_divergences(lp, blocks(3))):  # fmt: skip
+        assert np.array_equal(got, want), np.abs(got - want).max()
+    with pytest.raises(ValueError, match=r"drafter's rows after 8 of 9: none, not \(1, 300\)"):
+        device_divergences(parts, iter([lq[:8]]))
+    with pytest.raises(ValueError, match=r"drafter's rows after 8 of 9: a block of shape \(2, 300\), not \(1, 300\)"):
+        device_divergences(parts, iter([lq, lq[:1]]))
+    with pytest.raises(ValueError, match="drafter's rows are more than the target's 8"):
+        device_divergences(lp[:8], iter([lq[:8], lq[:8]]))
+    with pytest.raises(ValueError, match="target side is of 9 rows, the rows 8"):
+        device_divergences(lp[:8], lq[:8], side)
+    with pytest.raises(ValueError, match=r"rows of shapes \(9, 300\) and \(8, 300\)"):
+        device_divergences(parts, lq[:8])
+    with pytest.raises(ValueError, match=r"the target's row tensors are of widths \[299, 300\]"):
+        device_divergences([*parts, lp[:1, :299]], lq)
+    assert device_divergences([], lq[:0]).shape == device_divergences([], iter([])).shape == (0, 5)
+
+
+def test_a_query_of_given_tokens_is_gathered_row_by_row():
+    """``answer_at`` (a query of ``at`` alone, on a list of device rows) gives ``answer_tensor``'s numbers on the
+    stacked rows: pairs in any order, rows asked several times or not at all, and the same bytes counted."""
+    torch = pytest.importorskip("torch")
+    from brwsim.llm.sources._query import answer_at, answer_tensor
+
+    rows = _rows(3)
+    at = np.array([(4, 7), (0, 499), (4, 0), (2, 5), (0, 0), (4, 7), (1, 5)], np.int64)
+    want = answer_tensor(torch.from_numpy(rows), NodeQuery(at=at))
+    got = answer_at(list(torch.from_numpy(rows)), at)
+    np.testing.assert_array_equal(got.at_logp, want.at_logp)
+    assert got.at_logp.dtype == np.float32 and got.host_bytes == want.host_bytes == 7 * 4
+    assert got.at_logp[6] == -np.inf  # row 1's token 5 has probability 0
+    empty = answer_at(list(torch.from_numpy(rows)), np.zeros((0, 2), np.int64))
+    assert empty.at_logp.shape == (0,) and empty.host_bytes == 0
+    with pytest.raises(IndexError, match="out of range"):
+        answer_at(list(torch.from_numpy(rows)), np.array([(6, 0)]))
+
+
+def test_a_device_context_stacks_no_rows_for_given_tokens_or_for_nothing(tiny, monkeypatch):
+    """On a device context a query of given tokens (a tree's values) or of nothing (nodes evaluated ahead) never
+    copies the rows together: the answers are those of the whole rows on the host."""
+    torch = pytest.importorskip("torch")
+    ctx = tiny.open(PROMPT)
+    want = ctx.logprobs(NODES)
+    at = np.array([(i, t) for i in range(len(NODES)) for t in (0, 3, V - 1)], np.int64)
+    stacked = []
+    real_stack = torch.stack
+    monkeypatch.setattr(torch, "stack", lambda *a, **k: stacked.append(1) or real_stack(*a, **k))
+    fresh = tiny.open(PROMPT)
+    assert fresh.query(NODES, NodeQuery()) == NodeAnswer()
+    before = fresh.transfer().bytes
+    got = fresh.query(NODES, NodeQuery(at=at))
+    assert not stacked
+    np.testing.assert_array_equal(got.at_logp, want[at[:, 0], at[:, 1]])
+    assert fresh.transfer().bytes - before == at.shape[0] * 4
