@@ -136,10 +136,11 @@ def _device(rows):
 class TargetSide:
     """What :func:`device_divergences` needs of the target's rows alone, computed once for several drafters:
     each row's entropy ``H`` (``f64[n]``) and most likely token ``top`` (``i64[n]``), torch tensors on the rows'
-    device."""
+    device, and the rows ``block`` summed at a time (H's bits are those of that blocking)."""
 
     H: object
     top: object
+    block: int
 
     @property
     def n(self) -> int:
@@ -154,7 +155,7 @@ def target_side(lp) -> TargetSide:
 
     n, V = _shape(lp)
     if n == 0:
-        return TargetSide(torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.int64))
+        return TargetSide(torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.int64), 1)
     step = _block_step(lp)
     buf_a, buf_p = _buffers(lp, min(step, n), V, 2)
     H, top = [], []
@@ -164,7 +165,7 @@ def target_side(lp) -> TargetSide:
             p = torch.exp(a, out=buf_p[: a.shape[0]])
             H.append(-a.masked_fill_(~(p > 0), 0.0).mul_(p).sum(-1))  # p log p, 0 where p is 0
             top.append(torch.argmax(blk, -1))
-        return TargetSide(torch.cat(H), torch.cat(top))
+        return TargetSide(torch.cat(H), torch.cat(top), step)
 
 
 def device_divergences(lp, lq, target: TargetSide | None = None) -> np.ndarray:
@@ -194,6 +195,9 @@ def device_divergences(lp, lq, target: TargetSide | None = None) -> np.ndarray:
         return np.zeros((0, 5))
     if target is None:
         target = target_side(lp)
+    elif target.block != step:
+        raise ValueError(f"device_divergences: the target side was summed {target.block} rows at a time, these "
+                         f"rows are read {step} at a time (the torch threads changed in between?)")  # fmt: skip
     buf_p, buf_b, buf_q = _buffers(lp, min(step, n), V, 3)
     out = []
     with torch.inference_mode():

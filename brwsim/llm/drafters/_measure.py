@@ -103,8 +103,10 @@ class _StatsContext(Context):
         """:func:`target_side` of the recorded rows, computed once for all the drafters (their jobs run in threads
         of their own: the first to ask computes it, in its own host time)."""
         with self._side_lock:
-            if self._side is None or self._side.n != sum(len(prefixes) for prefixes, _ in self.steps):
-                self._side = target_side([rows for _, rows in self.steps])
+            rows = [rows for _, rows in self.steps]
+            n = sum(len(prefixes) for prefixes, _ in self.steps)
+            if self._side is None or self._side.n != n or self._side.block != block_rows(rows[0].device, n):
+                self._side = target_side(rows)
             return self._side
 
     def _host(self, rows) -> np.ndarray:

@@ -178,10 +178,10 @@ class DeviceQuery:
         rows = self._rows(prefixes)
         if rows is None:
             return answer_rows(np.zeros((0, self.vocab), np.float32), q)
-        if dataclasses.replace(q, T=1.0) == NodeQuery():  # nodes evaluated, nothing asked back
+        if _asks_nothing(q):  # nodes evaluated, nothing asked back
             return NodeAnswer()
-        if _only_at(q):  # a few entries of each row: gathered where they are, the rows not copied together
-            got = answer_at(rows, q.at)
+        if _only_at(q) and rows[0].device.type == "cpu":  # a few entries of each row, gathered row by row: on a
+            got = answer_at(rows, q.at)  # CPU, stacking wide rows costs far more (on a GPU, launches per row)
         else:
             got = answer_tensor(torch.stack(rows), q)
         if got.host_bytes:  # (a query that asks nothing back, to evaluate nodes, carries no answer)
@@ -255,28 +255,35 @@ def answer_rows(rows: np.ndarray, q: NodeQuery, host_bytes: int = 0) -> NodeAnsw
     return NodeAnswer(**out)
 
 
+def _asks_nothing(q: NodeQuery) -> bool:
+    """Whether ``q`` asks for nothing back (at any temperature): a request to evaluate nodes."""
+    return q.K <= 0 and not q.moments and q.u is None and q.at is None and not q.rows
+
+
 def _only_at(q: NodeQuery) -> bool:
     """Whether ``q`` asks for the log-probabilities of given tokens alone, in the rows as the model gives them."""
-    return q.at is not None and q == NodeQuery(at=q.at)
+    return q.at is not None and q.K <= 0 and not q.moments and q.u is None and not q.rows and q.T == 1.0
 
 
 def answer_at(rows, at) -> NodeAnswer:
     """``at_logp`` of the ``(row, token)`` pairs ``at`` from ``rows``, a list of torch tensors ``f32[V]`` on one device
-    (:func:`answer_tensor`'s numbers for a query of ``at`` alone, without stacking the rows): each row's tokens
-    gathered where it lives, only those entries copied to the host."""
+    (:func:`answer_tensor`'s numbers for a query of ``at`` alone, without stacking the rows; a negative row or
+    token counts from the end, as in indexing): each row's tokens gathered where it lives, only those entries
+    copied to the host."""
     import torch
 
-    at = np.asarray(at, np.int64).reshape(-1, 2)
+    at = np.asarray(at.cpu() if isinstance(at, torch.Tensor) else at, np.int64).reshape(-1, 2).copy()
     if not len(at):
         return NodeAnswer(at_logp=np.zeros(0, np.float32))
-    if at.min() < 0 or at[:, 0].max() >= len(rows):
-        raise IndexError(f"answer_at: a pair's row or token is out of range ({len(rows)} rows)")
-    dev = rows[0].device
+    at[:, 0] = np.where(at[:, 0] < 0, at[:, 0] + len(rows), at[:, 0])
+    if at[:, 0].min() < 0 or at[:, 0].max() >= len(rows):
+        raise IndexError(f"answer_at: a pair's row is out of range ({len(rows)} rows)")
     order = np.argsort(at[:, 0], kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(at[order, 0]) != 0])
     with torch.inference_mode():
-        parts = [rows[int(at[order[s], 0])][torch.as_tensor(at[order[s:e], 1], device=dev)]
-                 for s, e in zip(starts, [*starts[1:], len(order)], strict=True)]  # fmt: skip
+        tokens = torch.as_tensor(at[order, 1], device=rows[0].device)  # moved at once, sliced per row
+        ends = [*starts[1:], len(order)]
+        parts = [rows[int(at[order[s], 0])][tokens[s:e]] for s, e in zip(starts, ends, strict=True)]
         got = torch.cat(parts).cpu().numpy()
     out = np.empty(len(at), np.float32)
     out[order] = got

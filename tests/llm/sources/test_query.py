@@ -236,7 +236,6 @@ def test_device_divergences_of_row_parts_equal_those_of_the_whole_tensor(cuts):
     row repeated, a stride-0 view), blocks straddling them, and the target's side computed once and passed in:
     every number bit for bit that of the rows as one tensor."""
     torch = pytest.importorskip("torch")
-    from brwsim.llm.drafters._calibrate import device_divergences, target_side
 
     g = torch.Generator().manual_seed(sum(cuts))
     lp = torch.log_softmax(torch.randn(9, 300, generator=g) * 3, -1)
@@ -248,8 +247,21 @@ def test_device_divergences_of_row_parts_equal_those_of_the_whole_tensor(cuts):
         parts.append(lp[at : at + c].clone())
         at += c
     want = _divergences_whole(lp, lq)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # blocks of 8 rows (as the experiments run)
+    try:
+        _check_parts(parts, lp, lq, want)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_parts(parts, lp, lq, want):
+    import torch
+
+    from brwsim.llm.drafters._calibrate import device_divergences, target_side
+
     side = target_side(parts)
-    assert side.n == 9
+    assert side.n == 9 and side.block == 8
     blocks = lambda k: (lq[s : s + k] for s in range(0, 9, k))  # noqa: E731 - the drafter's rows block by block
     for got in (device_divergences(parts, lq), device_divergences(parts, lq, side), device_divergences(lp, lq, side),
                 device_divergences(parts, blocks(8), side), device_divergences(lp, blocks(3))):  # fmt: skip
@@ -262,6 +274,9 @@ def test_device_divergences_of_row_parts_equal_those_of_the_whole_tensor(cuts):
         device_divergences(lp[:8], iter([lq[:8], lq[:8]]))
     with pytest.raises(ValueError, match="target side is of 9 rows, the rows 8"):
         device_divergences(lp[:8], lq[:8], side)
+    torch.set_num_threads(2)  # the whole block at once: the side's blocks of 8 no longer match
+    with pytest.raises(ValueError, match="summed 8 rows at a time, these rows are read 9 at a time"):
+        device_divergences(parts, lq, side)
     with pytest.raises(ValueError, match=r"rows of shapes \(9, 300\) and \(8, 300\)"):
         device_divergences(parts, lq[:8])
     with pytest.raises(ValueError, match=r"the target's row tensors are of widths \[299, 300\]"):
@@ -284,8 +299,12 @@ def test_a_query_of_given_tokens_is_gathered_row_by_row():
     assert got.at_logp[6] == -np.inf  # row 1's token 5 has probability 0
     empty = answer_at(list(torch.from_numpy(rows)), np.zeros((0, 2), np.int64))
     assert empty.at_logp.shape == (0,) and empty.host_bytes == 0
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match="row is out of range"):
         answer_at(list(torch.from_numpy(rows)), np.array([(6, 0)]))
+    back = np.array([(-1, 3), (0, -1), (-6, -500)], np.int64)  # from the end, as in indexing
+    want = answer_tensor(torch.from_numpy(rows), NodeQuery(at=back)).at_logp
+    np.testing.assert_array_equal(answer_at(list(torch.from_numpy(rows)), back).at_logp, want)
+    np.testing.assert_array_equal(answer_at(list(torch.from_numpy(rows)), torch.from_numpy(back)).at_logp, want)
 
 
 def test_a_device_context_stacks_no_rows_for_given_tokens_or_for_nothing(tiny, monkeypatch):
@@ -302,6 +321,9 @@ def test_a_device_context_stacks_no_rows_for_given_tokens_or_for_nothing(tiny, m
     assert fresh.query(NODES, NodeQuery()) == NodeAnswer()
     before = fresh.transfer().bytes
     got = fresh.query(NODES, NodeQuery(at=at))
+    assert fresh.query(NODES, NodeQuery(T=0.5)) == NodeAnswer()  # nothing asked, at any temperature
     assert not stacked
     np.testing.assert_array_equal(got.at_logp, want[at[:, 0], at[:, 1]])
     assert fresh.transfer().bytes - before == at.shape[0] * 4
+    as_tensor = fresh.query(NODES, NodeQuery(at=torch.from_numpy(at)))  # pairs given as a tensor
+    np.testing.assert_array_equal(as_tensor.at_logp, got.at_logp)
