@@ -99,7 +99,7 @@ def realize_rank_paths(view: DraftView, paths: Sequence[tuple[int, ...]], eos=fr
 
 def sequoia_nodes(view: DraftView, rates, P: int, eos=frozenset()) -> list[tuple[int, ...]]:
     """Sequoia's best static tree of P nodes for positional acceptance rates ``rates`` (no depth limit)."""
-    return realize_rank_paths(view, sequoia_dp(np.asarray(rates)[:P], P, None)[1], eos)
+    return realize_rank_paths(view, list(_sequoia_paths(np.asarray(rates, np.float64)[:P].tobytes(), P)), eos)
 
 
 @functools.lru_cache(maxsize=256)

@@ -93,12 +93,12 @@ def _float64(block, buf):
     return buf[: block.shape[0]].copy_(block)
 
 
-def _buffers(lp, rows: int, V: int, count: int) -> list:
-    """``count`` float64 temporaries ``[rows, V]`` on the device of ``lp``: allocated once a call and reused in place
-    block after block (fresh allocations of a block's size cost page faults on every block)."""
+def _buffers(device, rows: int, V: int, count: int) -> list:
+    """``count`` float64 temporaries ``[rows, V]`` on ``device``: allocated once a call and reused in place block
+    after block (fresh allocations of a block's size cost page faults on every block)."""
     import torch
 
-    return [torch.empty((rows, V), dtype=torch.float64, device=_device(lp)) for _ in range(count)]
+    return [torch.empty((rows, V), dtype=torch.float64, device=device) for _ in range(count)]
 
 
 def block_rows(device, n: int) -> int:
@@ -157,7 +157,7 @@ def target_side(lp) -> TargetSide:
     if n == 0:
         return TargetSide(torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.int64), 1)
     step = _block_step(lp)
-    buf_a, buf_p = _buffers(lp, min(step, n), V, 2)
+    buf_a, buf_p = _buffers(_device(lp), min(step, n), V, 2)
     H, top = [], []
     with torch.inference_mode():
         for blk in _row_blocks(lp, step):
@@ -198,7 +198,7 @@ def device_divergences(lp, lq, target: TargetSide | None = None) -> np.ndarray:
     elif target.block != step:
         raise ValueError(f"device_divergences: the target side was summed {target.block} rows at a time, these "
                          f"rows are read {step} at a time (the torch threads changed in between?)")  # fmt: skip
-    buf_p, buf_b, buf_q = _buffers(lp, min(step, n), V, 3)
+    buf_p, buf_b, buf_q = _buffers(_device(lp), min(step, n), V, 3)
     out = []
     with torch.inference_mode():
         s = 0

@@ -184,7 +184,7 @@ class DeviceQuery:
             got = answer_at(rows, q.at)  # CPU, stacking wide rows costs far more (on a GPU, launches per row)
         else:
             got = answer_tensor(torch.stack(rows), q)
-        if got.host_bytes:  # (a query that asks nothing back, to evaluate nodes, carries no answer)
+        if got.host_bytes:  # (an answer with nothing in it, as of no pairs, moved nothing)
             self.moved.add(got.host_bytes, len(rows))
         return got
 
